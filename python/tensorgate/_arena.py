@@ -1,0 +1,212 @@
+"""Shared-memory arenas: the files under /dev/shm that hold tensor bytes, so that the control
+channel carries only offsets.
+
+The in-arena is written by the gateway and grows under our feet; the out-arena is ours to allocate
+and grow. Both are mapped ``MAP_SHARED`` read-write: ``torch.frombuffer`` warns on read-only
+buffers, and a tensor never promises read-only memory anyway.
+
+Mappings are never closed while the process runs. ``mmap.close()`` succeeds even while a tensor
+made by ``torch.frombuffer`` still points into the mapping, and the next read of that tensor would
+then crash the process. When a file grows we map it again and keep the old mapping in
+``_retired``: it views the same pages, so it costs address space, not memory, and growth by
+doubling bounds it to the size of the current map.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+
+import torch
+
+from ._dtypes import ITEMSIZE
+from ._errors import BAD_TENSOR, WorkerError
+
+#: Every tensor starts at a multiple of this (a cache line; enough for any dtype and SIMD load).
+ALIGN = 64
+_PAGE = mmap.PAGESIZE
+
+
+def align_up(n: int, alignment: int = ALIGN) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _map(fd: int, size: int) -> mmap.mmap | None:
+    if size == 0:
+        return None  # mmap cannot map an empty file; the first request past the end re-maps
+    return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def numel_of(shape: object) -> int:
+    """Elements in a wire shape; BAD_TENSOR unless it is a list of non-negative integers."""
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise WorkerError(BAD_TENSOR, f"shape {shape!r} is not a list of non-negative integers")
+    numel = 1
+    for d in shape:
+        numel *= d
+    return numel
+
+
+class FreeList:
+    """First-fit allocator of ``ALIGN``-aligned slots in ``[0, capacity)``.
+
+    Free blocks are a sorted list of ``[offset, size]``; freeing merges neighbours, so the list
+    stays as short as the arena is fragmented. Pure Python and file-free, so it is unit-testable.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._free: list[list[int]] = [[0, capacity]] if capacity else []
+        self._used: dict[int, int] = {}
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(self._used.values())
+
+    def allocate(self, nbytes: int) -> int | None:
+        """Offset of a slot of at least ``nbytes`` (empty tensors get one too), or None if full."""
+        size = align_up(max(nbytes, 1))
+        for i, (offset, free) in enumerate(self._free):
+            if free >= size:
+                if free == size:
+                    del self._free[i]
+                else:
+                    self._free[i] = [offset + size, free - size]
+                self._used[offset] = size
+                return offset
+        return None
+
+    def free(self, offset: int) -> None:
+        """Returns a slot; KeyError if ``offset`` is not an allocated slot."""
+        size = self._used.pop(offset)
+        i = bisect.bisect_left(self._free, [offset, 0])
+        self._free.insert(i, [offset, size])
+        if i + 1 < len(self._free) and offset + size == self._free[i + 1][0]:
+            self._free[i][1] += self._free.pop(i + 1)[1]
+        if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == offset:
+            self._free[i - 1][1] += self._free.pop(i)[1]
+
+    def grow(self, capacity: int) -> None:
+        """Adds ``[self.capacity, capacity)`` as free space, merged with a free tail."""
+        added = capacity - self.capacity
+        if added <= 0:
+            return
+        if self._free and sum(self._free[-1]) == self.capacity:
+            self._free[-1][1] += added
+        else:
+            self._free.append([self.capacity, added])
+        self.capacity = capacity
+
+
+class InArena:
+    """The gateway's file of input tensors, viewed in place with ``torch.frombuffer``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR)
+        self._map = _map(self._fd, os.fstat(self._fd).st_size)
+        self._retired: list[mmap.mmap] = []
+
+    @property
+    def mapped_bytes(self) -> int:
+        return len(self._map) if self._map is not None else 0
+
+    def _remap(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size > self.mapped_bytes:
+            if self._map is not None:
+                self._retired.append(self._map)
+            self._map = _map(self._fd, size)
+
+    def tensor(self, dtype: torch.dtype, shape: object, offset: object, nbytes: object) -> torch.Tensor:
+        """A zero-copy tensor over ``[offset, offset + nbytes)``; BAD_TENSOR if that is not valid."""
+        numel = numel_of(shape)
+        if not _is_int(offset) or offset < 0 or offset % ALIGN:
+            raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a multiple of {ALIGN}")
+        if not _is_int(nbytes) or nbytes != numel * ITEMSIZE[dtype]:
+            raise WorkerError(
+                BAD_TENSOR,
+                f"nbytes {nbytes!r} != {numel} elements x {ITEMSIZE[dtype]} bytes for shape {shape}",
+            )
+        if offset + nbytes > self.mapped_bytes:
+            self._remap()  # the gateway grew the file since we last looked
+            if offset + nbytes > self.mapped_bytes:
+                raise WorkerError(
+                    BAD_TENSOR,
+                    f"bytes [{offset}, {offset + nbytes}) lie outside the input arena "
+                    f"({self.mapped_bytes} bytes)",
+                )
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)  # frombuffer refuses a count of 0
+        return torch.frombuffer(self._map, dtype=dtype, count=numel, offset=offset).view(shape)
+
+    def close(self) -> None:
+        """Closes the file; the mappings go when the last tensor viewing them does."""
+        os.close(self._fd)
+        self._map = None
+        self._retired.clear()
+
+
+class OutArena:
+    """The worker's file of output tensors: created at start, grown by doubling, slots first-fit."""
+
+    def __init__(self, path: str, nbytes: int) -> None:
+        self.path = path
+        capacity = align_up(max(nbytes, _PAGE), _PAGE)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.ftruncate(self._fd, capacity)
+        self._map = _map(self._fd, capacity)
+        self._retired: list[mmap.mmap] = []
+        self.slots = FreeList(capacity)
+
+    @property
+    def capacity(self) -> int:
+        return self.slots.capacity
+
+    def _grow(self, nbytes: int) -> None:
+        capacity = max(2 * self.capacity, align_up(self.capacity + align_up(nbytes), _PAGE))
+        os.ftruncate(self._fd, capacity)
+        self._retired.append(self._map)
+        self._map = _map(self._fd, capacity)
+        self.slots.grow(capacity)
+
+    def allocate(self, nbytes: int) -> int:
+        offset = self.slots.allocate(nbytes)
+        if offset is None:
+            self._grow(nbytes)
+            offset = self.slots.allocate(nbytes)
+            assert offset is not None, "a grown arena has room for the slot it grew for"
+        return offset
+
+    def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+        """A tensor over the slot at ``offset``, for writing outputs (and for tests to read)."""
+        numel = numel_of(shape)
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(self._map, dtype=dtype, count=numel, offset=offset).view(shape)
+
+    def write(self, tensor: torch.Tensor, dtype: torch.dtype) -> tuple[int, int]:
+        """Copies ``tensor`` (any device, layout or dtype) into a new slot as C-contiguous
+        ``dtype``: one ``copy_`` does the device transfer, the cast and the layout change."""
+        shape = list(tensor.shape)
+        nbytes = tensor.numel() * ITEMSIZE[dtype]
+        offset = self.allocate(nbytes)
+        try:
+            self.view(offset, dtype, shape).copy_(tensor)
+        except BaseException:
+            self.slots.free(offset)
+            raise
+        return offset, nbytes
+
+    def release(self, offset: int) -> None:
+        self.slots.free(offset)
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self._map = None
+        self._retired.clear()

@@ -1,0 +1,236 @@
+"""The worker's request loop (docs/worker-protocol.md).
+
+One process serves one model. Requests are handled one at a time, in order: a forward pass
+already uses the cores it was given (``threads``), so overlapping requests would only contend.
+A failing request is logged with its id and traceback, answered with a structured error, and
+the loop goes on; only a corrupt control stream ends the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+from . import _protocol
+from ._arena import InArena, OutArena
+from ._dtypes import NAMES, to_torch
+from ._errors import (
+    BAD_PARAMETER,
+    BAD_TENSOR,
+    INFERENCE_FAILED,
+    LOAD_FAILED,
+    WorkerError,
+)
+from ._loader import ModelSpec, load_model, supported_formats
+from ._runner import Runner
+
+log = logging.getLogger("tensorgate.worker")
+
+#: The control channel: one end of a socket pair the gateway made (Node's ``stdio[3] = 'pipe'``).
+CONTROL_FD = 3
+
+#: The code an unexpected exception gets, by op: the caller sees what kind of step failed.
+_FALLBACK_CODE = {"load": LOAD_FAILED, "infer": INFERENCE_FAILED}
+
+Message = dict[str, Any]
+
+
+def _ms(start: float, end: float) -> float:
+    return round((end - start) * 1000.0, 3)
+
+
+class Worker:
+    def __init__(self, sock: socket.socket, arena_in: InArena, arena_out: OutArena) -> None:
+        self.sock = sock
+        self.arena_in = arena_in
+        self.arena_out = arena_out
+        self.runner: Runner | None = None
+        self.running = True
+        self._handlers: dict[str, Callable[[Message], Message]] = {
+            "load": self._load,
+            "infer": self._infer,
+            "ping": lambda _msg: {},
+            "shutdown": self._shutdown,
+        }
+
+    def hello(self) -> Message:
+        return {
+            "op": "hello",
+            "pid": os.getpid(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.cuda.is_available(),
+            "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "formats": supported_formats(),
+        }
+
+    def serve(self) -> int:
+        """Answers requests until EOF or ``shutdown`` (exit status 0) or a corrupt stream (1)."""
+        try:
+            _protocol.write_message(self.sock, self.hello())
+            while self.running:
+                message = _protocol.read_message(self.sock)
+                if message is None:
+                    log.info("control channel closed; exiting")
+                    return 0
+                reply = self.handle(message)
+                if reply is not None:
+                    _protocol.write_message(self.sock, reply)
+        except _protocol.ProtocolError as exc:
+            log.error("control channel is corrupt: %s; exiting", exc)
+            return 1
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("gateway went away; exiting")
+        return 0
+
+    def handle(self, message: Message) -> Message | None:
+        """The answer to one message (None for ``release``, which has none)."""
+        op = message.get("op")
+        if op == "release":
+            self._release(message)
+            return None
+        request_id = message.get("id")
+        try:
+            handler = self._handlers.get(op)  # type: ignore[arg-type]
+            if handler is None:
+                raise WorkerError(BAD_PARAMETER, f"unknown op {op!r}")
+            return {"id": request_id, "ok": True, "result": handler(message)}
+        except Exception as exc:
+            error = exc if isinstance(exc, WorkerError) else None
+            if error is None:
+                error = WorkerError(_FALLBACK_CODE.get(str(op), BAD_PARAMETER), str(exc))
+                error.__cause__ = exc
+            log.error(
+                "request id=%s op=%s failed: %s %s", request_id, op, error.code, error.message,
+                exc_info=exc,
+            )
+            return {"id": request_id, "ok": False, "error": error.to_json()}
+
+    def _load(self, message: Message) -> Message:
+        spec = ModelSpec.from_json(message.get("model"))
+        if self.runner is not None:
+            held = self.runner.spec
+            raise WorkerError(
+                BAD_PARAMETER,
+                f"this worker already serves {held.name} v{held.version}; one worker loads one model",
+            )
+        torch.set_num_threads(max(1, spec.threads))
+        start = time.perf_counter()
+        model, device = load_model(spec)
+        loaded = time.perf_counter()
+        runner = Runner(model, spec, device)
+        try:
+            warmup_ms = runner.warmup(spec.warmup_runs)
+        except WorkerError as exc:
+            raise WorkerError(LOAD_FAILED, f"warm-up failed: {exc.message}") from exc.__cause__
+        self.runner = runner
+        log.info(
+            "loaded %s v%s (%s) on %s in %.1f ms, warm-up %.1f ms",
+            spec.name, spec.version, spec.format, device, _ms(start, loaded), warmup_ms,
+        )
+        return {"device": str(device), "load_ms": _ms(start, loaded), "warmup_ms": round(warmup_ms, 3)}
+
+    def _infer(self, message: Message) -> Message:
+        runner = self.runner
+        if runner is None:
+            raise WorkerError(BAD_PARAMETER, "infer before load: this worker holds no model yet")
+        headers = message.get("inputs")
+        if not isinstance(headers, list) or not all(isinstance(h, dict) for h in headers):
+            raise WorkerError(BAD_TENSOR, "infer needs 'inputs': a list of tensor headers")
+        parameters = message.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise WorkerError(BAD_PARAMETER, "'parameters' must be an object")
+        precision = runner.precision(parameters.get("precision", "fp32"))
+
+        t0 = time.perf_counter()
+        inputs = [
+            self.arena_in.tensor(to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes"))
+            for h in headers
+        ]
+        inputs = runner.to_device(inputs)
+        t1 = time.perf_counter()
+        outputs = runner.forward(inputs, precision)
+        del inputs  # the arena views are only valid until we answer
+        t2 = time.perf_counter()
+        written: list[Message] = []
+        try:
+            for spec, tensor in outputs:
+                offset, nbytes = self.arena_out.write(tensor, spec.dtype)
+                written.append(
+                    {
+                        "name": spec.name,
+                        "dtype": NAMES[spec.dtype],
+                        "shape": list(tensor.shape),
+                        "offset": offset,
+                        "nbytes": nbytes,
+                    }
+                )
+        except BaseException:
+            for entry in written:
+                self.arena_out.release(entry["offset"])
+            raise
+        t3 = time.perf_counter()
+        return {
+            "outputs": written,
+            "timings": {"h2d_ms": _ms(t0, t1), "compute_ms": _ms(t1, t2), "d2h_ms": _ms(t2, t3)},
+        }
+
+    def _release(self, message: Message) -> None:
+        offsets = message.get("offsets")
+        for offset in offsets if isinstance(offsets, list) else []:
+            try:
+                self.arena_out.release(offset)
+            except (KeyError, TypeError):
+                log.warning("release of offset %r, which is not an allocated output slot", offset)
+
+    def _shutdown(self, _message: Message) -> Message:
+        self.running = False
+        return {}
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tensorgate.worker",
+        description="tensorgate torch worker; the gateway spawns it with the control socket on fd 3.",
+    )
+    parser.add_argument("--arena-in", required=True, help="input arena file (created by the gateway)")
+    parser.add_argument("--arena-out", required=True, help="output arena file (created here)")
+    parser.add_argument("--out-bytes", type=int, required=True, help="initial output arena size")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("TENSORGATE_WORKER_LOG", "INFO").upper(),
+        format=f"tensorgate.worker[{os.getpid()}] %(levelname)s %(message)s",
+    )
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # model prints reach the gateway's log promptly
+    # Ctrl-C in a terminal reaches the whole process group; the gateway decides when we stop
+    # (shutdown or EOF), so an interrupt must not kill requests in flight.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        torch.set_num_interop_threads(1)  # one request at a time: no inter-op parallelism
+    except RuntimeError:
+        pass  # already set, or parallel work already started; harmless
+    try:
+        sock = socket.socket(fileno=CONTROL_FD)
+    except OSError as exc:
+        log.error("fd %d is not the control socket (%s); the gateway starts this", CONTROL_FD, exc)
+        return 2
+    worker = Worker(sock, InArena(args.arena_in), OutArena(args.arena_out, args.out_bytes))
+    try:
+        return worker.serve()
+    finally:
+        sock.close()

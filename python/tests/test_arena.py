@@ -1,0 +1,180 @@
+"""Arenas: the first-fit allocator, zero-copy input views, output slots and growth."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from tensorgate._arena import ALIGN, FreeList, InArena, OutArena
+from tensorgate._dtypes import DTYPES, ITEMSIZE
+from tensorgate._errors import BAD_TENSOR, WorkerError
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """Raw little-endian bytes of a tensor of any dtype (numpy has no bfloat16)."""
+    return t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def sample(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    values = torch.arange(-3, -3 + torch.Size(shape).numel()).reshape(shape)
+    return (values % 2 == 0) if dtype == torch.bool else values.to(dtype)
+
+
+# FreeList --------------------------------------------------------------------------------------
+
+
+def test_allocations_are_aligned_and_first_fit():
+    slots = FreeList(1024)
+    a = slots.allocate(1)
+    b = slots.allocate(65)
+    c = slots.allocate(64)
+    assert (a, b, c) == (0, 64, 192)
+    assert all(o % ALIGN == 0 for o in (a, b, c))
+    slots.free(b)
+    assert slots.allocate(10) == 64  # first hole that fits, not the tail
+    assert slots.allocate(64) == 128  # rest of the freed 128-byte hole
+    assert slots.allocate(0) == 256  # empty tensors still get a slot of their own
+
+
+def test_free_merges_neighbours_back_into_one_block():
+    slots = FreeList(256)
+    offsets = [slots.allocate(64) for _ in range(4)]
+    assert slots.allocate(1) is None
+    for o in (offsets[1], offsets[3], offsets[2], offsets[0]):
+        slots.free(o)
+    assert slots.used_bytes == 0
+    assert slots.allocate(256) == 0  # one block again, not four
+
+
+def test_free_of_an_unknown_offset_raises():
+    slots = FreeList(256)
+    with pytest.raises(KeyError):
+        slots.free(64)
+
+
+def test_grow_extends_a_free_tail():
+    slots = FreeList(128)
+    assert slots.allocate(64) == 0
+    slots.grow(256)
+    assert slots.allocate(192) == 64  # the old free tail and the new space are one block
+    slots.grow(512)
+    assert slots.allocate(256) == 256
+
+
+# InArena ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def in_file(shm_path):
+    path = shm_path("in")
+    with open(path, "wb") as f:
+        f.truncate(4096)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_input_views_every_dtype_without_copying(in_file, name):
+    dtype = DTYPES[name]
+    expected = sample(dtype, [2, 3])
+    fd = os.open(in_file, os.O_RDWR)
+    os.pwrite(fd, tensor_bytes(expected), 128)
+    arena = InArena(in_file)
+    view = arena.tensor(dtype, [2, 3], 128, 6 * ITEMSIZE[dtype])
+    assert view.dtype == dtype
+    assert torch.equal(view, expected)
+    os.pwrite(fd, tensor_bytes(torch.zeros(1, dtype=dtype)), 128)
+    assert view.flatten()[0].item() == 0  # a view of the shared file, not a copy
+    os.close(fd)
+    arena.close()
+
+
+def test_input_arena_follows_the_file_when_it_grows(in_file):
+    arena = InArena(in_file)
+    with open(in_file, "r+b") as f:
+        f.truncate(3 * 4096)
+        f.seek(8192)
+        f.write(tensor_bytes(torch.tensor([1.0, 2.0])))
+    first = arena.tensor(torch.float32, [1], 0, 4)
+    grown = arena.tensor(torch.float32, [2], 8192, 8)  # past the old mapping: re-mapped
+    assert grown.tolist() == [1.0, 2.0]
+    assert arena.mapped_bytes == 3 * 4096
+    assert first.item() == 0.0  # views of the old mapping stay valid
+
+
+def test_empty_input_file_is_mapped_once_it_has_bytes(shm_path):
+    path = shm_path("empty")
+    open(path, "wb").close()
+    arena = InArena(path)
+    assert arena.mapped_bytes == 0
+    with pytest.raises(WorkerError):
+        arena.tensor(torch.float32, [1], 0, 4)
+    os.truncate(path, 4096)
+    assert arena.tensor(torch.float32, [1], 0, 4).item() == 0.0
+
+
+def test_zero_element_inputs_need_no_bytes(in_file):
+    assert InArena(in_file).tensor(torch.float32, [0, 4], 0, 0).shape == (0, 4)
+
+
+@pytest.mark.parametrize(
+    ("shape", "offset", "nbytes", "match"),
+    [
+        ([1024], 64, 4096, "outside the input arena"),
+        ([1], 4096, 4, "outside the input arena"),
+        ([1], 4, 4, "multiple of 64"),
+        ([1], -64, 4, "multiple of 64"),
+        ([2], 0, 4, "nbytes"),
+        ([2, -1], 0, 4, "shape"),
+        ("2", 0, 8, "shape"),
+        ([1], True, 4, "multiple of 64"),
+    ],
+)
+def test_bad_input_headers_are_bad_tensor(in_file, shape, offset, nbytes, match):
+    with pytest.raises(WorkerError, match=match) as info:
+        InArena(in_file).tensor(torch.float32, shape, offset, nbytes)
+    assert info.value.code == BAD_TENSOR
+
+
+# OutArena --------------------------------------------------------------------------------------
+
+
+def test_output_is_written_c_contiguous_in_the_declared_dtype(shm_path):
+    path = shm_path("out")
+    arena = OutArena(path, 4096)
+    source = torch.arange(6, dtype=torch.float64).reshape(2, 3).t()  # not contiguous
+    offset, nbytes = arena.write(source, torch.float32)
+    assert nbytes == 24
+    with open(path, "rb") as f:
+        f.seek(offset)
+        raw = f.read(nbytes)
+    assert torch.frombuffer(bytearray(raw), dtype=torch.float32).tolist() == [0, 3, 1, 4, 2, 5]
+
+
+def test_output_arena_grows_to_at_least_double_and_keeps_slots(shm_path):
+    path = shm_path("out")
+    arena = OutArena(path, 4096)
+    first, _ = arena.write(torch.full((16,), 7, dtype=torch.int32), torch.int32)
+    old_view = arena.view(first, torch.int32, [16])
+    big, nbytes = arena.write(torch.ones(2000), torch.float32)  # 8000 bytes: must grow
+    assert arena.capacity >= 2 * 4096
+    assert os.path.getsize(path) == arena.capacity
+    assert big >= 64 and nbytes == 8000
+    assert old_view.tolist() == [7] * 16  # the pre-growth mapping is still alive
+    assert arena.view(big, torch.float32, [2000]).sum().item() == 2000
+    arena.release(first)
+    arena.release(big)
+    assert arena.slots.used_bytes == 0
+
+
+def test_failed_copy_frees_its_slot(shm_path):
+    arena = OutArena(shm_path("out"), 4096)
+    with pytest.raises(NotImplementedError):
+        arena.write(torch.empty(4, device="meta"), torch.float32)  # a tensor with no data
+    assert arena.slots.used_bytes == 0
+
+
+def test_out_bytes_below_a_page_are_rounded_up(shm_path):
+    path = shm_path("out")
+    OutArena(path, 1)
+    assert os.path.getsize(path) == os.sysconf("SC_PAGE_SIZE")

@@ -1,0 +1,206 @@
+"""Loading each format, device choice, and the runner's precision and output handling."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+import torch
+from tensorgate._errors import (
+    BAD_PARAMETER,
+    INFERENCE_FAILED,
+    LOAD_FAILED,
+    UNSUPPORTED_FORMAT,
+    WorkerError,
+)
+from tensorgate._loader import ModelSpec, load_model, resolve_device, supported_formats
+from tensorgate._runner import Runner, autocast_supported, name_outputs
+
+HAS_EXPORT = "export" in supported_formats()
+
+
+def model_spec(path: Path, fmt: str, **overrides) -> ModelSpec:
+    raw = {
+        "name": "m",
+        "version": "1",
+        "format": fmt,
+        "file": str(path),
+        "code_dir": str(path.parent),
+        "device": "cpu",
+        "threads": 1,
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 4]}],
+        "warmup_runs": 1,
+        **overrides,
+    }
+    return ModelSpec.from_json(raw)
+
+
+def load_error(spec: ModelSpec) -> WorkerError:
+    with pytest.raises(WorkerError) as info:
+        load_model(spec)
+    return info.value
+
+
+class Double(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def test_formats_always_include_torchscript_and_eager():
+    formats = supported_formats()
+    assert formats[0] == "torchscript" and "eager" in formats
+    assert HAS_EXPORT == (hasattr(torch, "export") and hasattr(torch.export, "load"))
+
+
+def test_torchscript(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.jit.script(Double()).save(str(path))
+    model, device = load_model(model_spec(path, "torchscript"))
+    assert device == torch.device("cpu")
+    assert model(torch.ones(1, 4)).tolist() == [[2.0] * 4]
+
+
+def test_eager_imports_the_factory_from_code_dir(test_models):
+    version = test_models / "flaky" / "1"
+    spec = model_spec(version / "weights.pt", "eager", entry="model:build")
+    model, _ = load_model(spec)
+    assert not model.training
+    assert model(torch.zeros(1, 4)).tolist() == [[1.0] * 4]
+    # a second eager model whose module is also called "model" gets its own code
+    other = test_models / "sleepy" / "1"
+    sleepy, _ = load_model(model_spec(other / "weights.pt", "eager", entry="model:build"))
+    assert type(sleepy).__name__ == "Sleepy"
+
+
+def test_eager_weights_are_loaded_with_weights_only(tmp_path, demo_models):
+    version = demo_models / "image-classifier" / "2"
+    model, _ = load_model(model_spec(version / "weights.pt", "eager", entry="model:build"))
+    scripted = torch.jit.load(str(demo_models / "image-classifier" / "1" / "model.pt"))
+    image = torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        assert torch.allclose(model(image), scripted(image), atol=1e-4)
+    # a pickle that is not plain tensors is refused, not executed
+    evil = tmp_path / "evil.pt"
+    torch.save({"w": Double()}, str(evil))
+    (tmp_path / "model.py").write_text((version / "model.py").read_text())
+    error = load_error(model_spec(evil, "eager", entry="model:build"))
+    assert error.code == LOAD_FAILED
+
+
+@pytest.mark.skipif(not HAS_EXPORT, reason=f"torch {torch.__version__} has no torch.export")
+def test_export(tmp_path):
+    path = tmp_path / "model.pt2"
+    program = torch.export.export(Double(), (torch.ones(2, 4),))
+    torch.export.save(program, str(path))
+    model, _ = load_model(model_spec(path, "export"))
+    assert model(torch.ones(2, 4)).tolist() == [[2.0] * 4] * 2
+
+
+@pytest.mark.skipif(HAS_EXPORT, reason="this torch can load torch.export programs")
+def test_export_is_unsupported_without_torch_export(tmp_path):
+    path = tmp_path / "model.pt2"
+    path.write_bytes(b"")
+    error = load_error(model_spec(path, "export"))
+    assert error.code == UNSUPPORTED_FORMAT
+    assert torch.__version__ in error.message
+
+
+def test_unknown_format_is_unsupported(tmp_path):
+    assert load_error(model_spec(tmp_path / "m.onnx", "onnx")).code == UNSUPPORTED_FORMAT
+
+
+@pytest.mark.parametrize(
+    ("fmt", "entry", "content", "match"),
+    [
+        ("torchscript", None, None, "does not exist"),
+        ("torchscript", None, b"not a zip", ""),
+        ("eager", None, b"", "entry"),
+        ("eager", "nomodule:build", b"", "nomodule"),
+        ("eager", "model", b"", "module:factory"),
+    ],
+)
+def test_load_failures(tmp_path, fmt, entry, content, match):
+    path = tmp_path / "model.pt"
+    if content is not None:
+        path.write_bytes(content)
+    error = load_error(model_spec(path, fmt, entry=entry))
+    assert error.code == LOAD_FAILED
+    assert match in error.message
+
+
+def test_malformed_load_request_is_bad_parameter(tmp_path):
+    with pytest.raises(WorkerError) as info:
+        ModelSpec.from_json({"name": "m"})
+    assert info.value.code == BAD_PARAMETER
+
+
+def test_devices():
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto") == torch.device(expected)
+    for name in ("cuda:99", "tpu", "nonsense"):
+        with pytest.raises(WorkerError) as info:
+            resolve_device(name)
+        assert info.value.code == LOAD_FAILED
+
+
+# Runner ----------------------------------------------------------------------------------------
+
+
+def runner_for(module: torch.nn.Module, tmp_path: Path, outputs: list[dict]) -> Runner:
+    path = tmp_path / "model.pt"
+    scripted = torch.jit.script(module)
+    scripted.save(str(path))
+    spec = model_spec(path, "torchscript", outputs=outputs)
+    model, device = load_model(spec)
+    return Runner(model, spec, device)
+
+
+def test_warmup_runs_on_zeros_of_the_declared_shape(tmp_path):
+    runner = runner_for(Double(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    assert runner.warmup(2) >= 0.0
+
+
+def test_bf16_runs_under_autocast_on_cpu(tmp_path):
+    linear = torch.nn.Linear(4, 3)
+    runner = runner_for(linear, tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 3]}])
+    [(spec, out)] = runner.forward([torch.ones(2, 4)], runner.precision("bf16"))
+    assert out.dtype == torch.bfloat16  # the worker casts back to spec.dtype when writing
+    assert torch.allclose(out.float(), linear(torch.ones(2, 4)), atol=0.05)
+
+
+def test_unknown_or_unsupported_precision_is_bad_parameter(tmp_path):
+    runner = runner_for(Double(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    assert isinstance(runner.precision("fp32"), contextlib.nullcontext)
+    with pytest.raises(WorkerError) as info:
+        runner.precision("int4")
+    assert info.value.code == BAD_PARAMETER
+    if not autocast_supported("cpu", torch.float16):  # torch 1.13: CPU autocast is bf16 only
+        with pytest.raises(WorkerError, match="fp16 is not supported on cpu") as info:
+            runner.precision("fp16")
+        assert info.value.code == BAD_PARAMETER
+
+
+def test_model_errors_are_inference_failed(tmp_path):
+    runner = runner_for(Double(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    with pytest.raises(WorkerError) as info:
+        runner.forward([torch.ones(1, 4), torch.ones(1)], contextlib.nullcontext())
+    assert info.value.code == INFERENCE_FAILED
+
+
+def test_outputs_are_named_from_a_tensor_tuple_or_dict():
+    a, b = torch.zeros(1), torch.ones(1)
+    spec = model_spec(Path("/m.pt"), "torchscript", outputs=[
+        {"name": "a", "dtype": "float32", "shape": [1]},
+        {"name": "b", "dtype": "int64", "shape": [1]},
+    ])  # fmt: skip
+    for result in ((a, b), [a, b], {"b": b, "a": a, "extra": a}):
+        named = name_outputs(result, spec.outputs)
+        assert [(s.name, t) for s, t in named] == [("a", a), ("b", b)]
+    assert name_outputs(a, spec.outputs[:1])[0][1] is a
+    for bad, match in [(a, "1 outputs"), ({"a": a}, "not the declared"), ((a, 3), "not a tensor"),
+                       ("text", "str")]:  # fmt: skip
+        with pytest.raises(WorkerError, match=match):
+            name_outputs(bad, spec.outputs)

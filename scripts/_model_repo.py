@@ -1,0 +1,67 @@
+"""Helpers shared by make_demo_models.py and make_test_models.py: write a model folder in the
+layout of docs/model-repository.md.
+
+Everything is written in place with deterministic content, so running a script twice leaves the
+same bytes behind (idempotent) and other models in the repository untouched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+CODE_DIR = Path(__file__).resolve().parent / "model_code"
+
+
+def stable_hashing() -> None:
+    """Re-runs this script with ``PYTHONHASHSEED=0`` unless it already has it.
+
+    TorchScript writes each module's ``__constants__`` in set order, which follows the per-process
+    string hash seed; with a fixed seed the saved files are byte-identical from run to run.
+    """
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def write_config(model_dir: Path, config: dict[str, Any]) -> None:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(config, indent=2) + "\n"
+    (model_dir / "config.json").write_text(text, encoding="utf-8")
+
+
+def install_code(code_name: str, version_dir: Path) -> ModuleType:
+    """Copies ``model_code/<code_name>.py`` to ``<version_dir>/model.py`` and imports that copy,
+    so what we save was built from exactly the code the eager version will load."""
+    version_dir.mkdir(parents=True, exist_ok=True)
+    target = version_dir / "model.py"
+    shutil.copyfile(CODE_DIR / f"{code_name}.py", target)
+    module_name = f"_tg_model_{code_name}"
+    spec = importlib.util.spec_from_file_location(module_name, target)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and TorchScript look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def save_torchscript(module: torch.nn.Module, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.script(module.eval()).save(str(path))
+
+
+def save_state_dict(module: torch.nn.Module, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(module.state_dict(), str(path))
+
+
+def spec(name: str, dtype: str, shape: list[int], **extra: Any) -> dict[str, Any]:
+    return {"name": name, "dtype": dtype, "shape": shape, **extra}

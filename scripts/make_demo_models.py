@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Builds the demo model repository: ``/usr/bin/python3 scripts/make_demo_models.py [OUT_DIR]``.
+
+- ``tabular-classifier``: a small MLP trained for a few seconds on synthetic, separable,
+  iris-like data (4 features -> 3 classes); TorchScript, version 1.
+- ``image-classifier``: a ResNet-18-shaped network (3x224x224 -> 10 CIFAR-10 classes) with
+  seeded random weights; version 1 TorchScript, version 2 eager (``model.py`` + ``weights.pt``).
+
+No downloads; seeded, so every run writes the same models. OUT_DIR defaults to ./models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from _model_repo import (
+    install_code,
+    save_state_dict,
+    save_torchscript,
+    spec,
+    stable_hashing,
+    write_config,
+)
+from torch import nn
+
+SEED = 0
+IRIS_LABELS = ["setosa", "versicolor", "virginica"]
+CIFAR10_LABELS = [
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+]  # fmt: skip
+
+
+class TabularClassifier(nn.Module):
+    """Standardises raw features inside the model, so callers send measurements as they are."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net((features - self.mean) / self.std)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.logits(features), dim=-1)
+
+
+def synthetic_flowers(n_per_class: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three Gaussian clusters at iris-like class means (sepal/petal length/width in cm), tight
+    enough to be separable. Synthetic, not the real iris data."""
+    means = torch.tensor([[5.0, 3.4, 1.5, 0.25], [5.9, 2.8, 4.3, 1.3], [6.6, 3.0, 5.6, 2.0]])
+    std = torch.tensor([0.25, 0.25, 0.2, 0.1])
+    x = torch.cat([m + std * torch.randn(n_per_class, 4, generator=gen) for m in means])
+    y = torch.arange(3).repeat_interleave(n_per_class)
+    return x, y
+
+
+def build_tabular(out: Path) -> None:
+    gen = torch.Generator().manual_seed(SEED)
+    x, y = synthetic_flowers(300, gen)
+    perm = torch.randperm(len(y), generator=gen)
+    x, y = x[perm], y[perm]
+    x_train, y_train, x_test, y_test = x[:600], y[:600], x[600:], y[600:]
+    torch.manual_seed(SEED)
+    model = TabularClassifier(x_train.mean(0), x_train.std(0))
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(200):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model.logits(x_train), y_train).backward()
+        opt.step()
+    with torch.no_grad():
+        accuracy = (model(x_test).argmax(-1) == y_test).float().mean().item()
+    print(f"tabular-classifier: held-out accuracy {accuracy:.3f} on {len(y_test)} samples")
+
+    root = out / "tabular-classifier"
+    save_torchscript(model, root / "1" / "model.pt")
+    write_config(
+        root,
+        {
+            "name": "tabular-classifier",
+            "description": "Small MLP classifying 4 flower measurements (cm: sepal length, sepal "
+            "width, petal length, petal width) into 3 species; trained on synthetic iris-like data.",
+            "engine": "torch",
+            "default_version": "1",
+            "inputs": [spec("features", "float32", [-1, 4])],
+            "outputs": [spec("probabilities", "float32", [-1, 3], labels=IRIS_LABELS)],
+            "parameters": {"precision": ["fp32"]},
+            "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
+            "versions": {"1": {"format": "torchscript", "file": "model.pt"}},
+        },
+    )
+
+
+def calibrate_batchnorm(model: nn.Module, gen: torch.Generator) -> None:
+    """Sets BatchNorm running statistics from one pass over seeded noise images, so that random
+    weights still give logits of a sensible scale in eval mode."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = None  # cumulative average: one batch sets the statistics
+    model.train()
+    with torch.no_grad():
+        model(torch.rand(8, 3, 224, 224, generator=gen))
+    model.eval()
+
+
+def build_image(out: Path) -> None:
+    root = out / "image-classifier"
+    code = install_code("resnet", root / "2")
+    torch.manual_seed(SEED)
+    model = code.build()
+    calibrate_batchnorm(model, torch.Generator().manual_seed(SEED))
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = 0.1  # back to the default, so the saved module is an ordinary one
+    save_torchscript(model, root / "1" / "model.pt")
+    save_state_dict(model, root / "2" / "weights.pt")
+    write_config(
+        root,
+        {
+            "name": "image-classifier",
+            "description": "ResNet-18-shaped image classifier on 3x224x224 input, 10 CIFAR-10 "
+            "classes. Demo weights are random (seeded): the predictions are meaningless.",
+            "engine": "torch",
+            "default_version": "1",
+            "inputs": [spec("image", "float32", [-1, 3, 224, 224])],
+            "outputs": [spec("logits", "float32", [-1, 10], labels=CIFAR10_LABELS)],
+            "parameters": {"precision": ["fp32", "bf16"]},
+            "resources": {"device": "cpu", "threads": 2, "memory_mb": 512, "instances": 1},
+            "versions": {
+                "1": {"format": "torchscript", "file": "model.pt"},
+                "2": {"format": "eager", "entry": "model:build", "file": "weights.pt"},
+            },
+        },
+    )
+    report_forward_time(model, threads=2)
+
+
+def report_forward_time(model: nn.Module, threads: int) -> None:
+    """Prints the batch-1 forward time with the configured thread count, for the docs."""
+    torch.set_num_threads(threads)
+    image = torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(SEED + 1))
+    with torch.inference_mode():
+        for _ in range(3):
+            model(image)
+        times = []
+        for _ in range(10):
+            start = time.perf_counter()
+            model(image)
+            times.append((time.perf_counter() - start) * 1000)
+    ms = statistics.median(times)
+    print(f"image-classifier: eager forward at batch 1: median {ms:.1f} ms with {threads} threads")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", default="models", help="model repository folder")
+    args = parser.parse_args()
+    stable_hashing()
+    out = Path(args.out_dir)
+    start = time.perf_counter()
+    build_tabular(out)
+    build_image(out)
+    print(f"wrote {out.resolve()} in {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Builds the fixture models for end-to-end tests: ``/usr/bin/python3 scripts/make_test_models.py
+OUT_DIR``. Same layout and config format as the demo repository (docs/model-repository.md).
+
+- ``sleepy``    eager; sleeps ``TENSORGATE_SLEEPY_SECONDS`` (default 0.5), returns ``x * 2``
+- ``flaky``     eager; raises ``ValueError("negative input")`` on any ``x < 0``, else ``x + 1``
+- ``adder``     TorchScript; ``sum = a + b`` on float32 ``[-1, -1]``
+- ``multi_out`` TorchScript; a dict of ``scores`` (float32 softmax) and ``argmax`` (int64)
+- ``typed``     TorchScript; int64 ``[-1, 3]`` -> float64 row ``mean``
+
+Each builds in milliseconds; no weights worth the name, no downloads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+from _model_repo import (
+    install_code,
+    save_state_dict,
+    save_torchscript,
+    spec,
+    stable_hashing,
+    write_config,
+)
+from torch import nn
+
+
+class Adder(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+
+class MultiOut(nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"scores": torch.softmax(x, dim=-1), "argmax": torch.argmax(x, dim=-1)}
+
+
+class Typed(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float64).mean(dim=-1)
+
+
+def config(name: str, description: str, inputs: list, outputs: list, version: dict) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "engine": "torch",
+        "default_version": "1",
+        "inputs": inputs,
+        "outputs": outputs,
+        "parameters": {"precision": ["fp32"]},
+        "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
+        "versions": {"1": version},
+    }
+
+
+EAGER = {"format": "eager", "entry": "model:build", "file": "weights.pt"}
+TORCHSCRIPT = {"format": "torchscript", "file": "model.pt"}
+X4 = [spec("x", "float32", [-1, 4])]
+
+
+def build_eager(out: Path, name: str, description: str) -> None:
+    version_dir = out / name / "1"
+    save_state_dict(install_code(name, version_dir).build(), version_dir / "weights.pt")
+    write_config(out / name, config(name, description, X4, [spec("y", "float32", [-1, 4])], EAGER))
+
+
+def build_torchscript(out: Path, name: str, module: nn.Module, cfg: dict[str, Any]) -> None:
+    save_torchscript(module, out / name / "1" / "model.pt")
+    write_config(out / name, cfg)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", help="model repository folder to write the fixtures into")
+    out = Path(parser.parse_args().out_dir)
+    stable_hashing()
+    build_eager(out, "sleepy", "Sleeps TENSORGATE_SLEEPY_SECONDS (default 0.5 s), returns x * 2.")
+    build_eager(out, "flaky", "Raises ValueError on negative input, else returns x + 1.")
+    ab = [spec("a", "float32", [-1, -1]), spec("b", "float32", [-1, -1])]
+    build_torchscript(
+        out, "adder", Adder(),
+        config("adder", "Adds two tensors.", ab, [spec("sum", "float32", [-1, -1])], TORCHSCRIPT),
+    )  # fmt: skip
+    multi_outputs = [
+        spec("scores", "float32", [-1, 4], labels=["a", "b", "c", "d"]),
+        spec("argmax", "int64", [-1]),
+    ]
+    build_torchscript(
+        out, "multi_out", MultiOut(),
+        config("multi_out", "Softmax scores and their argmax.", X4, multi_outputs, TORCHSCRIPT),
+    )  # fmt: skip
+    build_torchscript(
+        out, "typed", Typed(),
+        config(
+            "typed", "Mean of each int64 row, as float64.",
+            [spec("x", "int64", [-1, 3])], [spec("mean", "float64", [-1])], TORCHSCRIPT,
+        ),
+    )  # fmt: skip
+    print(f"wrote sleepy, flaky, adder, multi_out, typed to {out.resolve()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+import { resolve } from 'node:path';
+import { defaultConfig, type GatewayConfig } from '../config.js';
+import { Gateway } from '../gateway.js';
+
+export interface GlobalOptions {
+  models: string;
+  registry: string;
+  allowRoot: string[];
+}
+
+export function configFrom(opts: GlobalOptions): GatewayConfig {
+  const config = defaultConfig();
+  config.modelsDir = resolve(opts.models);
+  config.registryPath = resolve(opts.registry);
+  if (opts.allowRoot.length > 0) config.allowedRoots = opts.allowRoot.map((r) => resolve(r));
+  return config;
+}
+
+/** Progress and logs go to stderr: stdout may be the MCP stdio channel. */
+export function stderrLogger(line: string): void {
+  process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${line}\n`);
+}
+
+export function openGateway(opts: GlobalOptions, log = stderrLogger): Gateway {
+  return new Gateway(configFrom(opts), log);
+}

@@ -1,0 +1,68 @@
+import { Command, InvalidArgumentError } from 'commander';
+import { VERSION } from '../version.js';
+import { runInfer } from './infer.js';
+import { runModels } from './models.js';
+import { runRegister } from './register.js';
+import { runServe } from './serve.js';
+
+/** The tensorgate command line. Each command lives in its own file; this one only wires them up. */
+
+function port(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('a port is an integer 0-65535');
+  return n;
+}
+
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
+const program = new Command()
+  .name('tensorgate')
+  .description('Serve PyTorch models to AI agents over MCP, with tensors moved as raw bytes.')
+  .version(VERSION)
+  .option('--models <dir>', 'model repository folder', 'models')
+  .option('--registry <file>', 'SQLite registry file', '.tensorgate/registry.db')
+  .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, []);
+
+program
+  .command('serve')
+  .description('register the models in the repository, warm them up, and serve them over MCP')
+  .option('--stdio', 'serve MCP over stdin/stdout (for Claude Desktop, Claude Code, Cursor)')
+  .option('--http <port>', 'serve MCP Streamable HTTP at http://HOST:PORT/mcp', port)
+  .option('--host <host>', 'address to bind for --http', '127.0.0.1')
+  .addHelpText('after', '\nWith neither --stdio nor --http, serves HTTP on port 8765.')
+  .action((opts) => runServe(program.opts(), opts));
+
+program
+  .command('register')
+  .description('validate a model folder, load it in a worker, warm it up and record it in the registry')
+  .argument('<dir>', 'model folder holding config.json and version folders')
+  .action((dir: string) => runRegister(program.opts(), dir));
+
+program
+  .command('models')
+  .description('list the registered models, their versions and the outcome of their last load')
+  .option('--json', 'print JSON')
+  .action((opts) => runModels(program.opts(), opts));
+
+program
+  .command('infer')
+  .description('run a registered model once, in this process, and print the result')
+  .argument('<model>', 'model name')
+  .option('--version <v>', 'model version (default: the model default)')
+  .option(
+    '-i, --input <name=value>',
+    'an input: name=/abs/file.npy, name=[[1,2,3,4]] (JSON), or name=@file.json (repeatable)',
+    collect,
+    [],
+  )
+  .option('--precision <p>', 'fp32, bf16 or fp16, as the model offers')
+  .option('--json', 'print the full result as JSON')
+  .action((model: string, opts) => runInfer(program.opts(), model, opts));
+
+program.parseAsync().catch((err: unknown) => {
+  const e = err as { code?: string; message?: string };
+  process.stderr.write(`tensorgate: ${e.code ? `${e.code}: ` : ''}${e.message ?? String(err)}\n`);
+  process.exit(1);
+});

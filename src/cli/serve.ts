@@ -1,0 +1,40 @@
+import { serveHttp } from '../mcp/http.js';
+import { serveStdio } from '../mcp/stdio.js';
+import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
+
+export interface ServeOptions {
+  stdio?: boolean;
+  http?: number;
+  host: string;
+}
+
+export const DEFAULT_HTTP_PORT = 8765;
+
+export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
+  const gateway = openGateway(global);
+  let closeTransport: () => Promise<void> = async () => {};
+  const shutdown = async (signal: string) => {
+    stderrLogger(`${signal}: stopping`);
+    await closeTransport();
+    await gateway.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+
+  if (opts.stdio) {
+    // Connect first so the client's initialize is answered while models load; infer says MODEL_NOT_READY until then.
+    const handle = await serveStdio(gateway);
+    closeTransport = handle.close;
+    process.stdin.once('end', () => void shutdown('stdin closed'));
+    stderrLogger('MCP over stdio; loading models');
+    await gateway.loadAll();
+    stderrLogger(`ready: ${gateway.listModels().length} models`);
+    return;
+  }
+  const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host);
+  closeTransport = handle.close;
+  stderrLogger(`MCP Streamable HTTP at ${handle.url}; loading models`);
+  await gateway.loadAll();
+  stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);
+}

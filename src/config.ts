@@ -1,0 +1,36 @@
+import { resolve } from 'node:path';
+
+/** Server-wide settings. Every limit here exists so that one bad call cannot hurt the next one. */
+export interface GatewayConfig {
+  /** Model repository scanned at start. */
+  modelsDir: string;
+  /** SQLite registry file. */
+  registryPath: string;
+  /** Folders under which `{path: ...}` tensor inputs may be read. */
+  allowedRoots: string[];
+  /** Most elements accepted in a nested JSON array input. */
+  maxArrayElements: number;
+  /** Most decoded bytes accepted in one inline base64 input or tensor file. */
+  maxInputBytes: number;
+  /** tensor:// store: total bytes kept and how long each output lives. */
+  storeMaxBytes: number;
+  storeTtlMs: number;
+  /** Requests allowed to wait per model version before QUEUE_FULL. */
+  maxQueue: number;
+  /** Inputs with more JSON-array elements than this get a hint to use b64 or a path. */
+  arrayHintElements: number;
+}
+
+export function defaultConfig(cwd = process.cwd()): GatewayConfig {
+  return {
+    modelsDir: resolve(cwd, 'models'),
+    registryPath: resolve(cwd, '.tensorgate', 'registry.db'),
+    allowedRoots: [resolve(cwd)],
+    maxArrayElements: 1_000_000,
+    maxInputBytes: 512 * 1024 * 1024,
+    storeMaxBytes: 256 * 1024 * 1024,
+    storeTtlMs: 10 * 60 * 1000,
+    maxQueue: 256,
+    arrayHintElements: 1024,
+  };
+}

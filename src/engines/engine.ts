@@ -1,0 +1,56 @@
+import type { ModelConfig, Precision } from '../registry/model-config.js';
+import type { Tensor } from '../tensor/tensor.js';
+
+/**
+ * What the scheduler needs from an engine: instances of one model version that run requests.
+ * The torch engine's instances are Python worker processes; other engines (onnx, remote) plug in here.
+ */
+
+export interface NamedTensor {
+  name: string;
+  tensor: Tensor;
+}
+
+export interface EngineRequest {
+  /** Inputs in the order the model declares them. */
+  inputs: NamedTensor[];
+  precision: Precision;
+}
+
+/** Milliseconds spent per stage inside the engine, as measured on both sides of the IPC boundary. */
+export interface EngineTimings {
+  transferMs: number;
+  computeMs: number;
+}
+
+export interface EngineResponse {
+  outputs: NamedTensor[];
+  timings: EngineTimings;
+}
+
+export interface LoadInfo {
+  device: string;
+  loadMs: number;
+  warmupMs: number;
+  runtime: string;
+}
+
+export interface EngineInstance {
+  readonly label: string;
+  start(): Promise<LoadInfo>;
+  infer(request: EngineRequest): Promise<EngineResponse>;
+  /** Resolves when the instance died on its own (crash), never when closed on purpose. */
+  onCrash(listener: (err: Error) => void): void;
+  close(): Promise<void>;
+}
+
+export interface ModelVersionSpec {
+  config: ModelConfig;
+  version: string;
+  dir: string;
+}
+
+export interface Engine {
+  readonly name: string;
+  createInstance(spec: ModelVersionSpec, index: number): EngineInstance;
+}

@@ -1,0 +1,132 @@
+import { performance } from 'node:perf_hooks';
+import type { TensorgateError } from '../../errors.js';
+import { versionDir, versionFile } from '../../registry/repository.js';
+import { byteLength } from '../../tensor/tensor.js';
+import type { EngineInstance, EngineRequest, EngineResponse, LoadInfo, ModelVersionSpec, NamedTensor } from '../engine.js';
+import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
+import { InferResultSchema, type LoadRequestModel, LoadResultSchema, type TensorHeader } from './protocol.js';
+import { WorkerProcess } from './worker-process.js';
+
+/**
+ * One model version loaded in one Python worker. Inputs are copied once into the input arena, the
+ * worker views them in place, and outputs are copied once out of the output arena and released.
+ */
+
+let instanceCounter = 0;
+
+export interface TorchInstanceOptions {
+  onLog?: (line: string) => void;
+}
+
+export class TorchInstance implements EngineInstance {
+  readonly label: string;
+  private worker: WorkerProcess | undefined;
+  private arenaIn: InputArena | undefined;
+  private arenaOut: OutputArenaReader | undefined;
+  private closing = false;
+  private readonly crashListeners: ((err: Error) => void)[] = [];
+
+  constructor(
+    private readonly spec: ModelVersionSpec,
+    index: number,
+    private readonly options: TorchInstanceOptions = {},
+  ) {
+    this.label = `${spec.config.name}@${spec.version}#${index}`;
+  }
+
+  async start(): Promise<LoadInfo> {
+    const { config, version, dir } = this.spec;
+    const tag = `${++instanceCounter}`;
+    const inputBytes = config.inputs.reduce((sum, s) => sum + specBytes(s.dtype, s.shape), 0);
+    const outputBytes = config.outputs.reduce((sum, s) => sum + specBytes(s.dtype, s.shape), 0);
+    this.arenaIn = new InputArena(arenaPath(`${tag}-in`), Math.max(inputBytes * 4, 1 << 20));
+    this.arenaOut = new OutputArenaReader(arenaPath(`${tag}-out`));
+    const worker = new WorkerProcess({
+      arenaIn: this.arenaIn.path,
+      arenaOut: this.arenaOut.path,
+      outBytes: Math.max(outputBytes * 4, 1 << 20),
+      label: this.label,
+      onLog: this.options.onLog,
+    });
+    this.worker = worker;
+    worker.onExitOnce((err) => this.onWorkerExit(err));
+    const hello = await worker.hello;
+    const v = config.versions[version];
+    if (!v) throw new Error(`version ${version} missing from config`);
+    const model: LoadRequestModel = {
+      name: config.name,
+      version,
+      format: v.format,
+      file: versionFile(dir, version, v.file),
+      code_dir: versionDir(dir, version),
+      device: config.resources.device,
+      threads: config.resources.threads,
+      inputs: config.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+      outputs: config.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+      warmup_runs: config.warmup_runs,
+      ...(v.entry ? { entry: v.entry } : {}),
+    };
+    const loaded = LoadResultSchema.parse(await worker.request('load', { model }));
+    return {
+      device: loaded.device,
+      loadMs: loaded.load_ms,
+      warmupMs: loaded.warmup_ms,
+      runtime: `torch ${hello.torch} (python ${hello.python})`,
+    };
+  }
+
+  async infer(request: EngineRequest): Promise<EngineResponse> {
+    const worker = this.worker;
+    const arenaIn = this.arenaIn;
+    const arenaOut = this.arenaOut;
+    if (!worker || !arenaIn || !arenaOut) throw new Error(`${this.label} used before start()`);
+
+    const t0 = performance.now();
+    const headers: TensorHeader[] = [];
+    try {
+      for (const { name, tensor } of request.inputs) {
+        const offset = arenaIn.write(tensor.data);
+        headers.push({ name, dtype: tensor.dtype, shape: tensor.shape, offset, nbytes: tensor.data.byteLength });
+      }
+      const t1 = performance.now();
+      const raw = await worker.request('infer', { inputs: headers, parameters: { precision: request.precision } });
+      const t2 = performance.now();
+      const result = InferResultSchema.parse(raw);
+      const outputs: NamedTensor[] = result.outputs.map((h) => ({
+        name: h.name,
+        tensor: { dtype: h.dtype, shape: h.shape, data: arenaOut.read(h.offset, h.nbytes) },
+      }));
+      worker.notify('release', { offsets: result.outputs.map((h) => h.offset) });
+      const t3 = performance.now();
+      const computeMs = result.timings.compute_ms;
+      // Everything that is not the forward pass is the cost of moving data and headers across.
+      return { outputs, timings: { computeMs, transferMs: t1 - t0 + (t2 - t1 - computeMs) + (t3 - t2) } };
+    } finally {
+      for (const h of headers) arenaIn.release(h.offset);
+    }
+  }
+
+  onCrash(listener: (err: Error) => void): void {
+    this.crashListeners.push(listener);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    await this.worker?.shutdown();
+    this.arenaIn?.close();
+    this.arenaOut?.close();
+  }
+
+  private onWorkerExit(err: TensorgateError): void {
+    this.arenaIn?.close();
+    this.arenaOut?.close();
+    if (!this.closing) for (const listener of this.crashListeners) listener(err);
+  }
+}
+
+function specBytes(dtype: Parameters<typeof byteLength>[0], shape: number[]): number {
+  return byteLength(
+    dtype,
+    shape.map((d) => (d < 0 ? 1 : d)),
+  );
+}

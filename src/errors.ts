@@ -1,0 +1,77 @@
+/**
+ * One error type for the whole gateway. Every failure a caller can cause or see carries a stable
+ * string code; the code is mapped once to an MCP `isError` result (mcp/), an HTTP status (http/)
+ * and, later, an OIP v2 error body. docs/errors.md lists every code and a test keeps the two in step.
+ */
+
+export const ERROR_CODES = {
+  MODEL_NOT_FOUND: { status: 404, summary: 'No model with that name is registered.' },
+  VERSION_NOT_FOUND: { status: 404, summary: 'The model exists but not in that version.' },
+  MODEL_NOT_READY: { status: 503, summary: 'The model is registered but still loading or failed to load.' },
+  MISSING_INPUT: { status: 400, summary: 'A declared input tensor was not given.' },
+  UNKNOWN_INPUT: { status: 400, summary: 'An input name is not declared by the model.' },
+  BAD_TENSOR: {
+    status: 400,
+    summary: 'An input tensor value is malformed (not numeric, ragged, bad base64, bad file).',
+  },
+  DTYPE_MISMATCH: { status: 400, summary: "An input's dtype differs from the model's declared dtype." },
+  SHAPE_MISMATCH: { status: 400, summary: "An input's rank or dimensions differ from the model's declared shape." },
+  BYTE_LENGTH_MISMATCH: { status: 400, summary: 'Inline binary data does not hold numel x itemsize bytes.' },
+  INPUT_TOO_LARGE: { status: 413, summary: 'An input exceeds the configured size limit for its form.' },
+  PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
+  FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },
+  HANDLE_NOT_FOUND: { status: 404, summary: 'A tensor:// handle is unknown or has expired.' },
+  BAD_PARAMETER: { status: 400, summary: 'A request parameter is unknown or has a value the model does not offer.' },
+  INVALID_CONFIG: { status: 400, summary: 'A model config does not match the model repository schema.' },
+  UNSUPPORTED_FORMAT: { status: 400, summary: 'The model format is not supported by the installed runtime.' },
+  LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },
+  INFERENCE_FAILED: { status: 500, summary: 'The model raised an error during the forward pass.' },
+  WORKER_CRASHED: { status: 503, summary: 'The worker process serving the model exited; it is restarted.' },
+  QUEUE_FULL: { status: 429, summary: 'Too many requests are waiting for this model; retry after a short wait.' },
+  SHUTTING_DOWN: { status: 503, summary: 'The server is stopping and takes no new requests.' },
+  INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
+} as const satisfies Record<string, { status: number; summary: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export class TensorgateError extends Error {
+  override readonly name = 'TensorgateError';
+
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly data: Record<string, unknown> = {},
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+
+  get status(): number {
+    return ERROR_CODES[this.code].status;
+  }
+
+  toJSON(): { code: ErrorCode; message: string; data: Record<string, unknown> } {
+    return { code: this.code, message: this.message, data: this.data };
+  }
+}
+
+/** Builds an error with a code; the message must tell the caller how to fix the call. */
+export function tgError(
+  code: ErrorCode,
+  message: string,
+  data: Record<string, unknown> = {},
+  cause?: unknown,
+): TensorgateError {
+  return new TensorgateError(code, message, data, cause === undefined ? undefined : { cause });
+}
+
+/** Normalises anything thrown into a TensorgateError, so every adapter maps one type. */
+export function asTensorgateError(err: unknown): TensorgateError {
+  if (err instanceof TensorgateError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new TensorgateError('INTERNAL', message, {}, { cause: err });
+}
+
+export function isErrorCode(value: string): value is ErrorCode {
+  return Object.hasOwn(ERROR_CODES, value);
+}

@@ -1,0 +1,168 @@
+import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
+import { z } from 'zod';
+import type { Gateway, InferenceResult } from '../gateway.js';
+import { InferenceRequestSchema } from '../requests/inference-request.js';
+import { TensorSummarySchema } from '../tensor/summary.js';
+import { errorResult, jsonResult } from './results.js';
+
+/** The tools an agent sees. Each is a thin mapping onto the Gateway; features live in the core. */
+
+const TensorSpecOut = z.object({
+  name: z.string(),
+  dtype: z.string(),
+  shape: z.array(z.number()),
+  labels: z.array(z.string()).optional(),
+  description: z.string().optional(),
+});
+
+const VersionOut = z.object({
+  version: z.string(),
+  state: z.string(),
+  device: z.string().optional(),
+  load_ms: z.number().optional(),
+  warmup_ms: z.number().optional(),
+  error: z.string().optional(),
+});
+
+const ModelOut = z.object({
+  name: z.string(),
+  description: z.string(),
+  default_version: z.string(),
+  versions: z.array(VersionOut),
+});
+
+const TimingsOut = z.object({
+  decode_ms: z.number(),
+  queue_ms: z.number(),
+  transfer_ms: z.number(),
+  compute_ms: z.number(),
+  encode_ms: z.number(),
+  total_ms: z.number(),
+});
+
+const InferOut = z.object({
+  request_id: z.string(),
+  model: z.string(),
+  version: z.string(),
+  outputs: z.array(
+    z.object({
+      name: z.string(),
+      dtype: z.string(),
+      shape: z.array(z.number()),
+      uri: z.string().describe('tensor:// handle: read it as a resource (.npy) or pass it as a later input'),
+      summary: TensorSummarySchema,
+    }),
+  ),
+  timings: TimingsOut,
+  notes: z.array(z.string()),
+});
+
+export function registerTools(server: McpServer, gateway: Gateway): void {
+  server.registerTool(
+    'list_models',
+    {
+      title: 'List models',
+      description: 'Lists the models this server serves, with their versions and whether each is ready.',
+      inputSchema: z.object({}),
+      outputSchema: z.object({ models: z.array(ModelOut) }),
+      annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+    },
+    async () => {
+      try {
+        const models = gateway.listModels();
+        const text = models.length
+          ? models
+              .map((m) => `${m.name} (v${m.versions.map((v) => `${v.version}:${v.state}`).join(', v')}) ${m.description}`)
+              .join('\n')
+          : 'No models are registered.';
+        return jsonResult(text, { models });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  server.registerTool(
+    'describe_model',
+    {
+      title: 'Describe a model',
+      description:
+        'Shows what a model takes and returns: input and output tensors (name, dtype, shape with -1 for any size, class labels), precisions offered, resources and versions. Call it before infer.',
+      inputSchema: z.object({ model: z.string().describe('model name, from list_models') }),
+      outputSchema: ModelOut.extend({
+        inputs: z.array(TensorSpecOut),
+        outputs: z.array(TensorSpecOut),
+        precisions: z.array(z.string()),
+        resources: z.record(z.string(), z.unknown()),
+      }),
+      annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+    },
+    async ({ model }) => {
+      try {
+        const info = gateway.modelInfo(model);
+        const config = gateway.modelConfig(model);
+        const structured = {
+          ...info,
+          inputs: config.inputs,
+          outputs: config.outputs,
+          precisions: ['fp32', ...config.parameters.precision.filter((p) => p !== 'fp32')],
+          resources: config.resources,
+        };
+        const io = (specs: typeof config.inputs) =>
+          specs.map((s) => `${s.name} ${s.dtype}[${s.shape.join(', ')}]`).join(', ');
+        const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.`;
+        return jsonResult(text, structured);
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  server.registerTool(
+    'infer',
+    {
+      title: 'Run a model',
+      description:
+        'Runs a model on named input tensors and returns, per output, its shape, dtype, a summary (top-k classes with labels, or min/max/mean/std, or the values when small) and a tensor:// handle to the full tensor, plus the time of each stage. For large inputs prefer {"path"} or {"b64"} over JSON arrays.',
+      inputSchema: InferenceRequestSchema,
+      outputSchema: InferOut,
+      annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
+    },
+    async (request) => {
+      try {
+        return inferResult(await gateway.infer(request));
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+}
+
+function inferResult(result: InferenceResult): CallToolResult {
+  const t = result.timings;
+  const lines = [
+    `${result.model}@${result.version}: ${result.outputs.map((o) => o.text).join('; ')}`,
+    `timings ms: total ${t.total_ms} = decode ${t.decode_ms} + queue ${t.queue_ms} + transfer ${t.transfer_ms} + compute ${t.compute_ms} + encode ${t.encode_ms}`,
+    ...result.notes,
+  ];
+  return {
+    content: [
+      { type: 'text', text: lines.join('\n') },
+      ...result.outputs.map((o) => ({
+        type: 'resource_link' as const,
+        uri: o.uri,
+        name: `${result.model}-${o.name}.npy`,
+        mimeType: 'application/x-npy',
+        description: `${o.name} ${o.dtype}[${o.shape.join(', ')}] of request ${result.request_id}`,
+      })),
+    ],
+    structuredContent: {
+      request_id: result.request_id,
+      model: result.model,
+      version: result.version,
+      outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
+      timings: result.timings,
+      notes: result.notes,
+    },
+  };
+}

@@ -1,0 +1,216 @@
+import { readFileSync, realpathSync, statSync } from 'node:fs';
+import { extname, isAbsolute, relative, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import type { GatewayConfig } from '../config.js';
+import type { NamedTensor } from '../engines/engine.js';
+import { tgError } from '../errors.js';
+import type { TensorSpec } from '../registry/model-config.js';
+import { fromBase64 } from '../tensor/base64.js';
+import { isDType } from '../tensor/dtype.js';
+import { fromNestedArray } from '../tensor/nested.js';
+import { decodeNpy } from '../tensor/npy.js';
+import { decodeSafetensors } from '../tensor/safetensors.js';
+import { TENSOR_URI_PREFIX, type TensorStore } from '../tensor/store.js';
+import type { Tensor } from '../tensor/tensor.js';
+import { TENSOR_INPUT_FORMS } from './inference-request.js';
+
+/**
+ * Turns the loosely typed inputs of an inference request into tensors that match the model's
+ * declared specs: every form is decoded once into raw bytes, then dtype and shape are checked.
+ * Every failure names the input, says what was expected, and says how to fix the call.
+ */
+
+export type InputForm = 'array' | 'b64' | 'path' | 'handle';
+
+export interface DecodedInput extends NamedTensor {
+  form: InputForm;
+  decodeMs: number;
+}
+
+export interface DecodeContext {
+  config: Pick<GatewayConfig, 'allowedRoots' | 'maxArrayElements' | 'maxInputBytes'>;
+  store: TensorStore;
+}
+
+export function decodeInputs(
+  specs: TensorSpec[],
+  inputs: Record<string, unknown>,
+  ctx: DecodeContext,
+): DecodedInput[] {
+  const declared = new Set(specs.map((s) => s.name));
+  for (const name of Object.keys(inputs)) {
+    if (!declared.has(name)) {
+      throw tgError('UNKNOWN_INPUT', `input "${name}" is not declared by this model; it takes ${listSpecs(specs)}`, {
+        input: name,
+        expected: [...declared],
+      });
+    }
+  }
+  return specs.map((spec) => {
+    if (!Object.hasOwn(inputs, spec.name)) {
+      throw tgError('MISSING_INPUT', `input "${spec.name}" is missing; this model takes ${listSpecs(specs)}`, {
+        input: spec.name,
+      });
+    }
+    const start = performance.now();
+    const { form, tensor } = decodeOne(spec, inputs[spec.name], ctx);
+    const checked = conformToSpec(spec, tensor);
+    return { name: spec.name, tensor: checked, form, decodeMs: performance.now() - start };
+  });
+}
+
+function decodeOne(spec: TensorSpec, value: unknown, ctx: DecodeContext): { form: InputForm; tensor: Tensor } {
+  if (Array.isArray(value) || typeof value === 'number' || typeof value === 'boolean') {
+    return { form: 'array', tensor: fromNestedArray(value, spec.dtype, { maxElements: ctx.config.maxArrayElements }) };
+  }
+  if (typeof value === 'string') {
+    return value.startsWith(TENSOR_URI_PREFIX)
+      ? { form: 'handle', tensor: ctx.store.get(value).tensor }
+      : { form: 'path', tensor: readTensorFile(spec, value, undefined, ctx) };
+  }
+  if (value !== null && typeof value === 'object') {
+    const obj = value as Record<string, unknown>;
+    if (typeof obj.b64 === 'string') return { form: 'b64', tensor: decodeInline(spec, obj) };
+    if (typeof obj.path === 'string') {
+      const key = typeof obj.key === 'string' ? obj.key : undefined;
+      return { form: 'path', tensor: readTensorFile(spec, obj.path, key, ctx) };
+    }
+    if (typeof obj.handle === 'string') return { form: 'handle', tensor: ctx.store.get(obj.handle).tensor };
+  }
+  throw tgError('BAD_TENSOR', `input "${spec.name}" has an unrecognised form. ${TENSOR_INPUT_FORMS}`, {
+    input: spec.name,
+  });
+}
+
+function decodeInline(spec: TensorSpec, obj: Record<string, unknown>): Tensor {
+  const dtype = obj.dtype ?? spec.dtype;
+  if (typeof dtype !== 'string' || !isDType(dtype)) {
+    throw tgError('BAD_TENSOR', `input "${spec.name}": dtype ${JSON.stringify(dtype)} is not a known dtype`, {
+      input: spec.name,
+    });
+  }
+  const shape = obj.shape;
+  if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && (d as number) >= 0)) {
+    throw tgError(
+      'BAD_TENSOR',
+      `input "${spec.name}": b64 data needs "shape", a list of non-negative integers such as ${JSON.stringify(exampleShape(spec))}`,
+      { input: spec.name },
+    );
+  }
+  try {
+    return fromBase64(dtype, shape as number[], obj.b64 as string);
+  } catch (err) {
+    throw withInputName(err, spec.name);
+  }
+}
+
+function readTensorFile(spec: TensorSpec, path: string, key: string | undefined, ctx: DecodeContext): Tensor {
+  const real = resolveAllowedPath(spec.name, path, ctx.config.allowedRoots);
+  const size = statSync(real).size;
+  if (size > ctx.config.maxInputBytes) {
+    throw tgError(
+      'INPUT_TOO_LARGE',
+      `input "${spec.name}": ${path} is ${size} bytes, over the ${ctx.config.maxInputBytes}-byte limit`,
+      { input: spec.name, bytes: size, limit: ctx.config.maxInputBytes },
+    );
+  }
+  const bytes = readFileSync(real);
+  const ext = extname(real).toLowerCase();
+  try {
+    if (ext === '.npy') return decodeNpy(bytes);
+    if (ext === '.safetensors') return pickSafetensor(spec, decodeSafetensors(bytes), key, path);
+  } catch (err) {
+    throw withInputName(err, spec.name);
+  }
+  throw tgError('BAD_TENSOR', `input "${spec.name}": ${path} is neither .npy nor .safetensors`, { input: spec.name });
+}
+
+function pickSafetensor(spec: TensorSpec, tensors: Map<string, Tensor>, key: string | undefined, path: string): Tensor {
+  const wanted = key ?? (tensors.size === 1 ? (tensors.keys().next().value as string) : spec.name);
+  const tensor = tensors.get(wanted);
+  if (!tensor) {
+    throw tgError(
+      'BAD_TENSOR',
+      `input "${spec.name}": ${path} has no tensor "${wanted}"; it holds ${[...tensors.keys()].join(', ')}. Pass "key" to choose one`,
+      { input: spec.name, keys: [...tensors.keys()] },
+    );
+  }
+  return tensor;
+}
+
+/** Resolves symlinks before checking the roots, so a link cannot lead outside them. */
+export function resolveAllowedPath(input: string, path: string, roots: string[]): string {
+  if (!isAbsolute(path)) {
+    throw tgError('PATH_NOT_ALLOWED', `input "${input}": "${path}" is not absolute; give the full path of the file`, {
+      input,
+      path,
+    });
+  }
+  let real: string;
+  try {
+    real = realpathSync(path);
+  } catch {
+    throw tgError('FILE_NOT_FOUND', `input "${input}": ${path} does not exist on the server`, { input, path });
+  }
+  const inside = roots.some((root) => {
+    const rel = relative(realRoot(root), real);
+    return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
+  });
+  if (!inside) {
+    throw tgError(
+      'PATH_NOT_ALLOWED',
+      `input "${input}": ${path} is outside the allowed roots (${roots.join(', ')}); move the file under one of them or start the server with --allow-root`,
+      { input, path, roots },
+    );
+  }
+  if (!statSync(real).isFile()) {
+    throw tgError('FILE_NOT_FOUND', `input "${input}": ${path} is not a regular file`, { input, path });
+  }
+  return real;
+}
+
+function realRoot(root: string): string {
+  try {
+    return realpathSync(root);
+  } catch {
+    return resolve(root);
+  }
+}
+
+/** Checks dtype and shape against the declared spec; adds a missing dynamic batch dimension. */
+function conformToSpec(spec: TensorSpec, tensor: Tensor): Tensor {
+  if (tensor.dtype !== spec.dtype) {
+    throw tgError(
+      'DTYPE_MISMATCH',
+      `input "${spec.name}" is ${tensor.dtype} but the model takes ${spec.dtype}; convert it (e.g. numpy .astype("${spec.dtype}")) or send a nested array`,
+      { input: spec.name, expected: spec.dtype, got: tensor.dtype },
+    );
+  }
+  let shape = tensor.shape;
+  if (shape.length === spec.shape.length - 1 && spec.shape[0] === -1) shape = [1, ...shape];
+  const matches = shape.length === spec.shape.length && spec.shape.every((d, i) => d === -1 || d === shape[i]);
+  if (!matches) {
+    throw tgError(
+      'SHAPE_MISMATCH',
+      `input "${spec.name}" has shape [${tensor.shape.join(', ')}] but the model takes [${spec.shape.join(', ')}] (-1 = any size)`,
+      { input: spec.name, expected: spec.shape, got: tensor.shape },
+    );
+  }
+  return shape === tensor.shape ? tensor : { ...tensor, shape };
+}
+
+function withInputName(err: unknown, input: string): unknown {
+  if (err instanceof Error && 'code' in err && !err.message.includes(`"${input}"`)) {
+    err.message = `input "${input}": ${err.message}`;
+    (err as { data?: Record<string, unknown> }).data = { ...(err as { data?: object }).data, input };
+  }
+  return err;
+}
+
+function listSpecs(specs: TensorSpec[]): string {
+  return specs.map((s) => `"${s.name}" ${s.dtype}[${s.shape.join(', ')}]`).join(', ');
+}
+
+function exampleShape(spec: TensorSpec): number[] {
+  return spec.shape.map((d) => (d < 0 ? 1 : d));
+}

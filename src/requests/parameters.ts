@@ -1,0 +1,39 @@
+import { tgError } from '../errors.js';
+import { type ModelConfig, PRECISIONS, type Precision } from '../registry/model-config.js';
+
+/** Request parameters, checked against what the model offers. Unknown names are errors, not ignored. */
+
+export interface InferenceParameters {
+  precision: Precision;
+  top_k: number;
+}
+
+const KNOWN = ['precision', 'top_k'] as const;
+
+export function parseParameters(raw: Record<string, unknown> | undefined, config: ModelConfig): InferenceParameters {
+  const params = raw ?? {};
+  for (const key of Object.keys(params)) {
+    if (!(KNOWN as readonly string[]).includes(key)) {
+      throw tgError('BAD_PARAMETER', `unknown parameter "${key}"; known parameters are ${KNOWN.join(', ')}`, {
+        parameter: key,
+      });
+    }
+  }
+  const offered = new Set<Precision>(['fp32', ...config.parameters.precision]);
+  const precision = params.precision ?? 'fp32';
+  if (typeof precision !== 'string' || !(PRECISIONS as readonly string[]).includes(precision)) {
+    throw tgError('BAD_PARAMETER', `precision must be one of ${PRECISIONS.join(', ')}`, { parameter: 'precision' });
+  }
+  if (!offered.has(precision as Precision)) {
+    throw tgError(
+      'BAD_PARAMETER',
+      `model "${config.name}" does not offer precision ${precision}; it offers ${[...offered].join(', ')}`,
+      { parameter: 'precision', offered: [...offered] },
+    );
+  }
+  const topK = params.top_k ?? 5;
+  if (typeof topK !== 'number' || !Number.isInteger(topK) || topK < 1 || topK > 100) {
+    throw tgError('BAD_PARAMETER', 'top_k must be an integer from 1 to 100', { parameter: 'top_k' });
+  }
+  return { precision: precision as Precision, top_k: topK };
+}

@@ -1,0 +1,87 @@
+/**
+ * Inline binary tensors: `{dtype, shape, b64}`. The byte count is computed from the string length
+ * and padding before anything is decoded, so a wrong size is refused without allocating, and the
+ * alphabet is checked with one regular expression because Buffer.from silently skips bad characters.
+ */
+import { tgError } from '../errors.js';
+import { type DType, dtypeSize } from './dtype.js';
+import { byteLength, checkShape, formatType, makeTensor, numel, type Tensor } from './tensor.js';
+
+const ALPHABET = /^[A-Za-z0-9+/_-]*={0,2}$/;
+
+export interface FromBase64Options {
+  /** Refuse (INPUT_TOO_LARGE) payloads that decode to more bytes than this. */
+  maxBytes?: number;
+}
+
+function alphabetError(b64: string): Error | undefined {
+  if (ALPHABET.test(b64)) return undefined;
+  const at = b64.search(/[^A-Za-z0-9+/_=-]|=(?=[^=])/);
+  const ch = b64[at] ?? '';
+  const what = /\s/.test(ch) ? 'whitespace' : `character ${JSON.stringify(ch)}`;
+  return tgError(
+    'BAD_TENSOR',
+    `b64 is not valid base64: unexpected ${what} at position ${at}; use the standard alphabet ` +
+      '(A-Z a-z 0-9 + /) on one line, with = padding only at the end',
+    { position: at },
+  );
+}
+
+/** Bytes that a base64 string decodes to, from its length and padding; -1 when no valid string has that length. */
+export function decodedBase64Length(b64: string): number {
+  let pad = 0;
+  if (b64.endsWith('==')) pad = 2;
+  else if (b64.endsWith('=')) pad = 1;
+  if (pad > 0 && b64.length % 4 !== 0) return -1;
+  const chars = b64.length - pad;
+  if (chars % 4 === 1) return -1;
+  return Math.floor((chars * 3) / 4);
+}
+
+/** Decodes base64 raw little-endian row-major bytes into a tensor of `dtype` and `shape`. */
+export function fromBase64(dtype: DType, shape: number[], b64: string, opts: FromBase64Options = {}): Tensor {
+  checkShape(shape);
+  const got = decodedBase64Length(b64);
+  if (got < 0) {
+    throw (
+      alphabetError(b64) ??
+      tgError(
+        'BAD_TENSOR',
+        `b64 has ${b64.length} characters, which is not a valid base64 length; send the whole standard base64 ` +
+          'string without line breaks or whitespace',
+        { length: b64.length },
+      )
+    );
+  }
+  const max = opts.maxBytes ?? Number.POSITIVE_INFINITY;
+  if (got > max) {
+    throw tgError(
+      'INPUT_TOO_LARGE',
+      `b64 decodes to ${got} bytes, over the ${max}-byte limit for inline data; ` +
+        'send large tensors as a .npy or .safetensors file path, or over the binary HTTP data plane',
+      { bytes: got, maxBytes: max },
+    );
+  }
+  const expected = byteLength(dtype, shape);
+  if (got !== expected) {
+    throw (
+      alphabetError(b64) ??
+      tgError(
+        'BYTE_LENGTH_MISMATCH',
+        `b64 decodes to ${got} bytes but ${formatType(dtype, shape)} needs ${expected} ` +
+          `(${numel(shape)} elements x ${dtypeSize(dtype)} bytes); the data must be the raw little-endian ` +
+          'row-major bytes of the array (numpy: base64.b64encode(arr.astype(dtype).tobytes())), ' +
+          'or the dtype or shape is wrong',
+        { dtype, shape, expected, got },
+      )
+    );
+  }
+  const invalid = alphabetError(b64);
+  if (invalid) throw invalid;
+  return makeTensor(dtype, shape, Buffer.from(b64, 'base64'));
+}
+
+/** The tensor's bytes as standard base64. */
+export function toBase64(t: Tensor): string {
+  return Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength).toString('base64');
+}

@@ -1,0 +1,142 @@
+/**
+ * numpy `.npy` files (format versions 1.0, 2.0 and 3.0). Decoding returns a zero-copy view of the
+ * data; encoding writes the header numpy writes (data starting at a multiple of 64 bytes) and can
+ * hand back header and data separately so a caller can stream them without concatenating.
+ */
+import { tgError } from '../errors.js';
+import { DTYPES, type DType, dtypeFromNpyDescr, npyDescr } from './dtype.js';
+import { byteLength, makeTensor, type Tensor } from './tensor.js';
+
+const MAGIC = Buffer.from('\x93NUMPY', 'latin1');
+const ALIGN = 64;
+const SUPPORTED = DTYPES.map(npyDescr)
+  .filter((d) => d !== undefined)
+  .join(', ');
+
+function bad(message: string, data: Record<string, unknown> = {}): Error {
+  return tgError('BAD_TENSOR', `.npy: ${message}`, data);
+}
+
+function field(header: string, key: string, value: string): string | undefined {
+  return new RegExp(`['"]${key}['"]\\s*:\\s*${value}`).exec(header)?.[1];
+}
+
+function parseDescr(header: string): DType {
+  const descr = field(header, 'descr', `['"]([^'"]*)['"]`);
+  if (descr === undefined) {
+    throw bad("structured or unreadable dtype in the header; save a plain numeric array (e.g. arr.astype('<f4'))", {
+      header,
+    });
+  }
+  const dtype = dtypeFromNpyDescr(descr);
+  if (dtype !== undefined) return dtype;
+  if (descr.startsWith('>')) {
+    throw bad(`dtype ${descr} is big-endian; tensors are little-endian: save arr.astype(arr.dtype.newbyteorder('<'))`, {
+      descr,
+    });
+  }
+  if (descr.includes('O')) {
+    throw bad('object arrays (pickled Python objects) are never loaded; save a numeric array', { descr });
+  }
+  throw bad(`dtype ${descr} is not supported; use one of ${SUPPORTED} (convert with arr.astype(...))`, { descr });
+}
+
+function parseShape(header: string): number[] {
+  const inner = field(header, 'shape', '\\(([^)]*)\\)');
+  if (inner === undefined) throw bad("the header has no 'shape' tuple; write the file with numpy.save", { header });
+  const parts = inner
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  return parts.map((s) => {
+    if (!/^\d+L?$/.test(s)) throw bad(`shape (${inner}) has a non-integer dimension "${s}"`, { header });
+    return Number.parseInt(s, 10);
+  });
+}
+
+/** Reads a `.npy` file; the tensor's data is a view into `bytes`. */
+export function decodeNpy(bytes: Uint8Array): Tensor {
+  if (bytes.byteLength < 10 || !MAGIC.equals(bytes.subarray(0, 6))) {
+    throw bad('not a .npy file (no \\x93NUMPY magic at the start); write it with numpy.save');
+  }
+  const major = bytes[6] as number;
+  const minor = bytes[7] as number;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let start = 10;
+  let headerLen: number;
+  if (major === 1) {
+    headerLen = view.getUint16(8, true);
+  } else if ((major === 2 || major === 3) && bytes.byteLength >= 12) {
+    start = 12;
+    headerLen = view.getUint32(8, true);
+  } else {
+    throw bad(`format version ${major}.${minor} is not supported; numpy.save writes 1.0, 2.0 or 3.0`, {
+      version: `${major}.${minor}`,
+    });
+  }
+  const dataStart = start + headerLen;
+  if (dataStart > bytes.byteLength) {
+    throw bad(`the header says it is ${headerLen} bytes but the file ends first; the file is truncated`);
+  }
+  const header = Buffer.from(bytes.buffer, bytes.byteOffset + start, headerLen).toString(
+    major === 3 ? 'utf8' : 'latin1',
+  );
+  const dtype = parseDescr(header);
+  if (field(header, 'fortran_order', '(True|False)') !== 'False') {
+    throw bad('the array is stored in Fortran (column-major) order; save numpy.ascontiguousarray(arr) instead', {
+      header,
+    });
+  }
+  const shape = parseShape(header);
+  const expected = byteLength(dtype, shape);
+  const got = bytes.byteLength - dataStart;
+  if (got !== expected) {
+    const what = got < expected ? 'the file is truncated' : 'the file has trailing bytes';
+    throw bad(`${dtype}[${shape.join(',')}] needs ${expected} data bytes but the file holds ${got}; ${what}`, {
+      expected,
+      got,
+    });
+  }
+  return makeTensor(dtype, shape, bytes.subarray(dataStart, dataStart + expected));
+}
+
+/** The `.npy` header (magic, version, length, dict, padding) for a tensor of this dtype and shape. */
+export function encodeNpyHeader(dtype: DType, shape: readonly number[]): Buffer {
+  const descr = npyDescr(dtype);
+  if (descr === undefined) {
+    throw tgError(
+      'BAD_TENSOR',
+      `numpy has no ${dtype} dtype, so this tensor cannot be written as .npy; ` +
+        'fetch it as .safetensors (BF16) or have the model return float32',
+      { dtype },
+    );
+  }
+  const shapeRepr = shape.length === 1 ? `(${shape[0]},)` : `(${shape.join(', ')})`;
+  const dict = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${shapeRepr}, }`;
+  let prefix = 10;
+  let pad = (ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN;
+  if (dict.length + pad + 1 > 0xffff) {
+    prefix = 12;
+    pad = (ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN;
+  }
+  const headerLen = dict.length + pad + 1;
+  const out = Buffer.alloc(prefix + headerLen, 0x20);
+  MAGIC.copy(out, 0);
+  out[6] = prefix === 10 ? 1 : 2;
+  out[7] = 0;
+  if (prefix === 10) out.writeUInt16LE(headerLen, 8);
+  else out.writeUInt32LE(headerLen, 8);
+  out.write(dict, prefix, 'latin1');
+  out[out.length - 1] = 0x0a;
+  return out;
+}
+
+/** Header and data of the `.npy` encoding, for streaming; the data is the tensor's own bytes. */
+export function encodeNpyParts(t: Tensor): [header: Buffer, data: Uint8Array] {
+  return [encodeNpyHeader(t.dtype, t.shape), t.data];
+}
+
+/** The whole `.npy` file in one buffer (one copy of the data). */
+export function encodeNpy(t: Tensor): Buffer {
+  return Buffer.concat(encodeNpyParts(t));
+}

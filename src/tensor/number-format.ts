@@ -1,0 +1,35 @@
+/**
+ * Short, exact number text for summaries: an element of a float32 tensor is printed with the fewest
+ * digits that still round-trip to the same float32 (0.1, not 0.10000000149011612), which keeps
+ * summaries small for an agent without changing any value.
+ */
+import type { DType } from './dtype.js';
+import { bfloat16BitsToFloat, floatToBfloat16Bits, floatToHalfBits, halfBitsToFloat } from './half.js';
+
+const ROUND_TRIP: Partial<Record<DType, [digits: number, round: (x: number) => number]>> = {
+  float32: [9, Math.fround],
+  float16: [5, (x) => halfBitsToFloat(floatToHalfBits(x))],
+  bfloat16: [4, (x) => bfloat16BitsToFloat(floatToBfloat16Bits(x))],
+};
+
+/** The shortest decimal that rounds back to `x` in `dtype` (x itself for float64 and integers). */
+export function compactNumber(x: number, dtype: DType): number {
+  const rt = ROUND_TRIP[dtype];
+  if (rt === undefined || !Number.isFinite(x)) return x;
+  const [digits, round] = rt;
+  for (let p = 1; p < digits; p++) {
+    const y = Number(x.toPrecision(p));
+    if (round(y) === x) return y;
+  }
+  return x;
+}
+
+/** `x` rounded to `digits` significant digits. */
+export function roundSignificant(x: number, digits: number): number {
+  return Number.isFinite(x) ? Number(x.toPrecision(digits)) : x;
+}
+
+/** Three significant digits, for one-line text. */
+export function formatShort(x: number): string {
+  return String(roundSignificant(x, 3));
+}

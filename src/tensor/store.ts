@@ -1,0 +1,99 @@
+import { randomBytes } from 'node:crypto';
+import { tgError } from '../errors.js';
+import type { Tensor } from './tensor.js';
+
+/**
+ * Outputs kept in memory so that agents can fetch them in full (`tensor://ID` resources, served
+ * as .npy) or chain them into later calls without the bytes ever leaving the server. Bounded by a
+ * byte budget (oldest evicted first) and a time to live.
+ */
+
+export const TENSOR_URI_PREFIX = 'tensor://';
+
+export interface StoredTensor {
+  id: string;
+  uri: string;
+  tensor: Tensor;
+  /** Where it came from, e.g. "image-classifier@1:logits". */
+  source: string;
+  createdAt: number;
+  expiresAt: number;
+}
+
+export class TensorStore {
+  // Map keeps insertion order, which is also age order: eviction takes from the front.
+  private readonly entries = new Map<string, StoredTensor>();
+  private bytes = 0;
+
+  constructor(
+    private readonly maxBytes: number,
+    private readonly ttlMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  get usedBytes(): number {
+    return this.bytes;
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  put(tensor: Tensor, source: string): StoredTensor {
+    this.sweep();
+    const size = tensor.data.byteLength;
+    while (this.bytes + size > this.maxBytes && this.entries.size > 0) {
+      this.delete(this.entries.keys().next().value as string);
+    }
+    const id = randomBytes(9).toString('base64url');
+    const createdAt = this.now();
+    const entry: StoredTensor = {
+      id,
+      uri: `${TENSOR_URI_PREFIX}${id}`,
+      tensor,
+      source,
+      createdAt,
+      expiresAt: createdAt + this.ttlMs,
+    };
+    // A tensor larger than the whole budget is still handed out; it simply evicts everything else.
+    this.entries.set(id, entry);
+    this.bytes += size;
+    return entry;
+  }
+
+  /** Looks up `tensor://ID` (or a bare ID); HANDLE_NOT_FOUND when unknown, evicted or expired. */
+  get(uriOrId: string): StoredTensor {
+    const id = uriOrId.startsWith(TENSOR_URI_PREFIX) ? uriOrId.slice(TENSOR_URI_PREFIX.length) : uriOrId;
+    const entry = this.entries.get(id);
+    if (!entry || entry.expiresAt <= this.now()) {
+      if (entry) this.delete(id);
+      throw tgError(
+        'HANDLE_NOT_FOUND',
+        `${TENSOR_URI_PREFIX}${id} is unknown or has expired (outputs are kept ${Math.round(this.ttlMs / 1000)} s); ` +
+          'run the call that produced it again, or pass the tensor another way',
+        { handle: `${TENSOR_URI_PREFIX}${id}` },
+      );
+    }
+    return entry;
+  }
+
+  list(): StoredTensor[] {
+    this.sweep();
+    return [...this.entries.values()];
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [id, entry] of this.entries) {
+      if (entry.expiresAt > now) break; // Same TTL for all: the rest are younger.
+      this.delete(id);
+    }
+  }
+
+  private delete(id: string): void {
+    const entry = this.entries.get(id);
+    if (!entry) return;
+    this.entries.delete(id);
+    this.bytes -= entry.tensor.data.byteLength;
+  }
+}

@@ -1,0 +1,3 @@
+import { defineMcpSuite } from './mcp-suite.js';
+
+defineMcpSuite('http');

@@ -1,0 +1,84 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { ensureTestModels, ROOT } from './models.js';
+
+/**
+ * Starts the real CLI (`tensorgate serve`) over the models built for tests and connects the
+ * official MCP client to it over a real transport. Nothing of tensorgate is mocked.
+ */
+
+export type TransportKind = 'stdio' | 'http';
+
+export interface Connected {
+  client: Client;
+  workDir: string;
+  url?: string;
+  close: () => Promise<void>;
+}
+
+const CLI = join(ROOT, 'bin', 'tensorgate.js');
+
+export async function connect(kind: TransportKind, readyTimeoutMs = 120_000): Promise<Connected> {
+  const models = ensureTestModels();
+  const workDir = mkdtempSync(join(tmpdir(), 'tensorgate-test-'));
+  const common = ['--models', models, '--registry', join(workDir, 'registry.db'), '--allow-root', workDir];
+  const client = new Client({ name: 'tensorgate-tests', version: '0.0.0' });
+  let close: () => Promise<void>;
+  let url: string | undefined;
+
+  if (kind === 'stdio') {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, ...common, 'serve', '--stdio'],
+      stderr: 'ignore',
+      cwd: ROOT,
+    });
+    await client.connect(transport);
+    close = () => client.close();
+  } else {
+    const child = spawn(process.execPath, [CLI, ...common, 'serve', '--http', '0'], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    url = await waitForUrl(child);
+    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+    close = async () => {
+      await client.close();
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    };
+  }
+  await waitForModels(client, readyTimeoutMs);
+  return { client, workDir, url, close };
+}
+
+function waitForUrl(child: ChildProcess): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (chunk: string) => {
+      seen += chunk;
+      const match = /(http:\/\/[\d.]+:\d+\/mcp)/.exec(seen);
+      if (match) resolve(match[1] as string);
+    });
+    child.once('exit', (code) => reject(new Error(`serve exited with ${code}: ${seen}`)));
+  });
+}
+
+/** Polls list_models until no version is still loading. */
+async function waitForModels(client: Client, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const result = await client.callTool({ name: 'list_models', arguments: {} });
+    const models = (result.structuredContent as { models: { versions: { state: string }[] }[] }).models;
+    if (models.length > 0 && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'not_loaded'))) {
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error('models did not become ready in time');
+}

@@ -1,0 +1,31 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * Test model repository: the demo models plus small fixture models (sleepy, flaky, adder, ...),
+ * built once by the project's own scripts into .tensorgate/test-models and reused by every test.
+ */
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+export const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
+export const TEST_MODELS = process.env.TENSORGATE_TEST_MODELS ?? join(ROOT, '.tensorgate', 'test-models');
+
+export function ensureTestModels(): string {
+  if (!existsSync(join(TEST_MODELS, 'image-classifier', 'config.json')) || !existsSync(join(TEST_MODELS, 'sleepy'))) {
+    mkdirSync(TEST_MODELS, { recursive: true });
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS], { stdio: 'inherit' });
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_test_models.py'), TEST_MODELS], { stdio: 'inherit' });
+  }
+  return TEST_MODELS;
+}
+
+/** Runs the model the plain PyTorch way (test/fixtures/reference_forward.py) and returns output .npy paths. */
+export function referenceForward(model: string, version: string, inputs: string[], outPrefix: string): void {
+  execFileSync(
+    PYTHON,
+    [join(ROOT, 'test/fixtures/reference_forward.py'), join(TEST_MODELS, model), version, outPrefix, ...inputs],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
+}
