@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import torch
+from torch import nn
+
 from _model_repo import (
     install_code,
     save_state_dict,
@@ -25,7 +27,6 @@ from _model_repo import (
     stable_hashing,
     write_config,
 )
-from torch import nn
 
 SEED = 0
 IRIS_LABELS = ["setosa", "versicolor", "virginica"]
@@ -83,8 +84,9 @@ def build_tabular(out: Path) -> None:
         root,
         {
             "name": "tabular-classifier",
-            "description": "Small MLP classifying 4 flower measurements (cm: sepal length, sepal "
-            "width, petal length, petal width) into 3 species; trained on synthetic iris-like data.",
+            "description": "Small MLP classifying 4 flower measurements (cm: sepal length, "
+            "sepal width, petal length, petal width) into 3 species; trained on synthetic "
+            "iris-like data.",
             "engine": "torch",
             "default_version": "1",
             "inputs": [spec("features", "float32", [-1, 4])],

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+
 from _model_repo import (
     install_code,
     save_state_dict,
@@ -26,7 +28,6 @@ from _model_repo import (
     stable_hashing,
     write_config,
 )
-from torch import nn
 
 
 class Adder(nn.Module):
@@ -44,7 +45,9 @@ class Typed(nn.Module):
         return x.to(torch.float64).mean(dim=-1)
 
 
-def config(name: str, description: str, inputs: list, outputs: list, version: dict) -> dict[str, Any]:
+def config(
+    name: str, description: str, inputs: list, outputs: list, version: dict
+) -> dict[str, Any]:
     return {
         "name": name,
         "description": description,

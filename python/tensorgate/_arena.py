@@ -123,15 +123,18 @@ class InArena:
                 self._retired.append(self._map)
             self._map = _map(self._fd, size)
 
-    def tensor(self, dtype: torch.dtype, shape: object, offset: object, nbytes: object) -> torch.Tensor:
-        """A zero-copy tensor over ``[offset, offset + nbytes)``; BAD_TENSOR if that is not valid."""
+    def tensor(
+        self, dtype: torch.dtype, shape: object, offset: object, nbytes: object
+    ) -> torch.Tensor:
+        """A zero-copy tensor over ``[offset, offset + nbytes)``; BAD_TENSOR if that is invalid."""
         numel = numel_of(shape)
         if not _is_int(offset) or offset < 0 or offset % ALIGN:
             raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a multiple of {ALIGN}")
         if not _is_int(nbytes) or nbytes != numel * ITEMSIZE[dtype]:
             raise WorkerError(
                 BAD_TENSOR,
-                f"nbytes {nbytes!r} != {numel} elements x {ITEMSIZE[dtype]} bytes for shape {shape}",
+                f"nbytes {nbytes!r} is not {numel} elements x {ITEMSIZE[dtype]} bytes "
+                f"for shape {shape}",
             )
         if offset + nbytes > self.mapped_bytes:
             self._remap()  # the gateway grew the file since we last looked

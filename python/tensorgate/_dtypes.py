@@ -36,4 +36,3 @@ def to_torch(name: object) -> torch.dtype:
     if dtype is None:
         raise WorkerError(BAD_TENSOR, f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}")
     return dtype
-

@@ -130,7 +130,9 @@ def _load_eager(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
         raise WorkerError(LOAD_FAILED, "eager models need an 'entry' such as 'model:build'")
     model = import_entry(spec.entry, spec.code_dir)()
     if not isinstance(model, torch.nn.Module):
-        raise WorkerError(LOAD_FAILED, f"{spec.entry} returned {type(model).__name__}, not a Module")
+        raise WorkerError(
+            LOAD_FAILED, f"{spec.entry} returned {type(model).__name__}, not a Module"
+        )
     state = torch.load(spec.file, map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     return model.to(device)

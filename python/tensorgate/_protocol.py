@@ -24,7 +24,9 @@ class ProtocolError(Exception):
 
 def encode(message: dict[str, Any]) -> bytes:
     """One frame: length prefix and compact JSON (no NaN: JSON has none)."""
-    payload = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    payload = json.dumps(
+        message, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
     if len(payload) > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
     return _LENGTH.pack(len(payload)) + payload

@@ -46,8 +46,11 @@ def autocast_supported(device_type: str, dtype: torch.dtype) -> bool:
     return _autocast_ok[key]
 
 
-def name_outputs(result: Any, specs: Sequence[TensorSpec]) -> list[tuple[TensorSpec, torch.Tensor]]:
-    """Pairs what the model returned (a tensor, a tuple/list or a dict) with the declared outputs."""
+Named = list[tuple[TensorSpec, torch.Tensor]]
+
+
+def name_outputs(result: Any, specs: Sequence[TensorSpec]) -> Named:
+    """Pairs what the model returned (a tensor, tuple/list or dict) with the declared outputs."""
     if isinstance(result, torch.Tensor):
         tensors = [result]
     elif isinstance(result, dict):
@@ -113,7 +116,7 @@ class Runner:
 
     def forward(
         self, inputs: list[torch.Tensor], precision: contextlib.AbstractContextManager[Any]
-    ) -> list[tuple[TensorSpec, torch.Tensor]]:
+    ) -> Named:
         """The forward pass, synchronised; model errors become INFERENCE_FAILED."""
         try:
             with torch.inference_mode(), precision:
@@ -134,9 +137,10 @@ class Runner:
         start = time.perf_counter()
         for _ in range(runs):
             zeros = [
-                torch.zeros([1 if d == -1 else d for d in s.shape], dtype=s.dtype, device=self.device)
+                torch.zeros(
+                    [1 if d == -1 else d for d in s.shape], dtype=s.dtype, device=self.device
+                )
                 for s in self.spec.inputs
             ]
             self.forward(zeros, contextlib.nullcontext())
         return (time.perf_counter() - start) * 1000.0
-

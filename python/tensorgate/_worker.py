@@ -8,15 +8,13 @@ the loop goes on; only a corrupt control stream ends the process.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import platform
-import signal
 import socket
-import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -34,9 +32,6 @@ from ._loader import ModelSpec, load_model, supported_formats
 from ._runner import Runner
 
 log = logging.getLogger("tensorgate.worker")
-
-#: The control channel: one end of a socket pair the gateway made (Node's ``stdio[3] = 'pipe'``).
-CONTROL_FD = 3
 
 #: The code an unexpected exception gets, by op: the caller sees what kind of step failed.
 _FALLBACK_CODE = {"load": LOAD_FAILED, "infer": INFERENCE_FAILED}
@@ -99,6 +94,9 @@ class Worker:
             self._release(message)
             return None
         request_id = message.get("id")
+        if not isinstance(request_id, int) or isinstance(request_id, bool):
+            log.error("dropped a %r request without an integer id: nothing can match an answer", op)
+            return None
         try:
             handler = self._handlers.get(op)  # type: ignore[arg-type]
             if handler is None:
@@ -110,7 +108,11 @@ class Worker:
                 error = WorkerError(_FALLBACK_CODE.get(str(op), BAD_PARAMETER), str(exc))
                 error.__cause__ = exc
             log.error(
-                "request id=%s op=%s failed: %s %s", request_id, op, error.code, error.message,
+                "request id=%s op=%s failed: %s %s",
+                request_id,
+                op,
+                error.code,
+                error.message,
                 exc_info=exc,
             )
             return {"id": request_id, "ok": False, "error": error.to_json()}
@@ -121,7 +123,8 @@ class Worker:
             held = self.runner.spec
             raise WorkerError(
                 BAD_PARAMETER,
-                f"this worker already serves {held.name} v{held.version}; one worker loads one model",
+                f"this worker already serves {held.name} v{held.version}; "
+                "one worker loads one model",
             )
         torch.set_num_threads(max(1, spec.threads))
         start = time.perf_counter()
@@ -135,9 +138,18 @@ class Worker:
         self.runner = runner
         log.info(
             "loaded %s v%s (%s) on %s in %.1f ms, warm-up %.1f ms",
-            spec.name, spec.version, spec.format, device, _ms(start, loaded), warmup_ms,
+            spec.name,
+            spec.version,
+            spec.format,
+            device,
+            _ms(start, loaded),
+            warmup_ms,
         )
-        return {"device": str(device), "load_ms": _ms(start, loaded), "warmup_ms": round(warmup_ms, 3)}
+        return {
+            "device": str(device),
+            "load_ms": _ms(start, loaded),
+            "warmup_ms": round(warmup_ms, 3),
+        }
 
     def _infer(self, message: Message) -> Message:
         runner = self.runner
@@ -149,11 +161,13 @@ class Worker:
         parameters = message.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise WorkerError(BAD_PARAMETER, "'parameters' must be an object")
-        precision = runner.precision(parameters.get("precision", "fp32"))
+        precision = runner.precision(parameters.get("precision") or "fp32")
 
         t0 = time.perf_counter()
         inputs = [
-            self.arena_in.tensor(to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes"))
+            self.arena_in.tensor(
+                to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes")
+            )
             for h in headers
         ]
         inputs = runner.to_device(inputs)
@@ -195,42 +209,3 @@ class Worker:
     def _shutdown(self, _message: Message) -> Message:
         self.running = False
         return {}
-
-
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m tensorgate.worker",
-        description="tensorgate torch worker; the gateway spawns it with the control socket on fd 3.",
-    )
-    parser.add_argument("--arena-in", required=True, help="input arena file (created by the gateway)")
-    parser.add_argument("--arena-out", required=True, help="output arena file (created here)")
-    parser.add_argument("--out-bytes", type=int, required=True, help="initial output arena size")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=os.environ.get("TENSORGATE_WORKER_LOG", "INFO").upper(),
-        format=f"tensorgate.worker[{os.getpid()}] %(levelname)s %(message)s",
-    )
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(line_buffering=True)  # model prints reach the gateway's log promptly
-    # Ctrl-C in a terminal reaches the whole process group; the gateway decides when we stop
-    # (shutdown or EOF), so an interrupt must not kill requests in flight.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        torch.set_num_interop_threads(1)  # one request at a time: no inter-op parallelism
-    except RuntimeError:
-        pass  # already set, or parallel work already started; harmless
-    try:
-        sock = socket.socket(fileno=CONTROL_FD)
-    except OSError as exc:
-        log.error("fd %d is not the control socket (%s); the gateway starts this", CONTROL_FD, exc)
-        return 2
-    worker = Worker(sock, InArena(args.arena_in), OutArena(args.arena_out, args.out_bytes))
-    try:
-        return worker.serve()
-    finally:
-        sock.close()

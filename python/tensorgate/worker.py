@@ -1,13 +1,72 @@
 """Entry point: ``python -m tensorgate.worker --arena-in P --arena-out P --out-bytes N``.
 
-The gateway spawns this with the control socket on fd 3; see docs/worker-protocol.md.
+The gateway spawns this with one end of a Unix socket pair on fd 3 (Node's ``stdio[3] = 'pipe'``)
+as the control channel; see docs/worker-protocol.md. Everything here is process set-up; the
+request loop is ``_worker.Worker``.
 """
 
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
 import sys
 
-from ._worker import main
+import torch
+
+from ._arena import InArena, OutArena
+from ._worker import Worker
 
 __all__ = ["main"]
+
+#: The control channel's file descriptor, fixed by the protocol.
+CONTROL_FD = 3
+
+log = logging.getLogger("tensorgate.worker")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tensorgate.worker",
+        description="tensorgate's torch worker; the gateway spawns it, control socket on fd 3.",
+    )
+    parser.add_argument("--arena-in", required=True, help="input arena file (made by the gateway)")
+    parser.add_argument("--arena-out", required=True, help="output arena file (created here)")
+    parser.add_argument("--out-bytes", type=int, required=True, help="initial output arena size")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the worker until EOF on fd 3 or ``shutdown``; returns the exit status."""
+    args = _parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("TENSORGATE_WORKER_LOG", "INFO").upper(),
+        format=f"tensorgate.worker[{os.getpid()}] %(levelname)s %(message)s",
+    )
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # model prints reach the gateway's log promptly
+    # Ctrl-C in a terminal reaches the whole process group; the gateway decides when we stop
+    # (shutdown or EOF), so an interrupt must not kill requests in flight.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One request at a time: no inter-op parallelism. torch refuses the call once parallel work
+    # has started; that only happens if someone set it before us, so there is nothing to fight.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+    try:
+        sock = socket.socket(fileno=CONTROL_FD)
+    except OSError as exc:
+        log.error("fd %d is not the control socket (%s); the gateway starts this", CONTROL_FD, exc)
+        return 2
+    worker = Worker(sock, InArena(args.arena_in), OutArena(args.arena_out, args.out_bytes))
+    try:
+        return worker.serve()
+    finally:
+        sock.close()
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+
 from tensorgate._arena import ALIGN, FreeList, InArena, OutArena
 from tensorgate._dtypes import DTYPES, ITEMSIZE
 from tensorgate._errors import BAD_TENSOR, WorkerError

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from tensorgate._errors import (
     BAD_PARAMETER,
     INFERENCE_FAILED,
@@ -51,7 +52,7 @@ class Double(torch.nn.Module):
 def test_formats_always_include_torchscript_and_eager():
     formats = supported_formats()
     assert formats[0] == "torchscript" and "eager" in formats
-    assert HAS_EXPORT == (hasattr(torch, "export") and hasattr(torch.export, "load"))
+    assert (hasattr(torch, "export") and hasattr(torch.export, "load")) == HAS_EXPORT
 
 
 def test_torchscript(tmp_path):

@@ -7,6 +7,7 @@ import struct
 import threading
 
 import pytest
+
 from tensorgate import _protocol
 
 

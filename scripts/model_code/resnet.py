@@ -44,7 +44,9 @@ class ResNet18(nn.Module):
         cin = 64
         for i, width in enumerate(widths):
             stride = 1 if i == 0 else 2
-            stages.append(nn.Sequential(BasicBlock(cin, width, stride), BasicBlock(width, width, 1)))
+            stages.append(
+                nn.Sequential(BasicBlock(cin, width, stride), BasicBlock(width, width, 1))
+            )
             cin = width
         self.stages = nn.Sequential(*stages)
         self.pool = nn.AdaptiveAvgPool2d(1)

@@ -12,10 +12,13 @@ const ROUND_TRIP: Partial<Record<DType, [digits: number, round: (x: number) => n
   bfloat16: [4, (x) => bfloat16BitsToFloat(floatToBfloat16Bits(x))],
 };
 
-/** The shortest decimal that rounds back to `x` in `dtype` (x itself for float64 and integers). */
+/**
+ * The shortest decimal that rounds back to `x` in `dtype`; `x` itself for float64, integer dtypes and
+ * whole numbers (65504 stays 65504 rather than the equally exact but misleading 65500).
+ */
 export function compactNumber(x: number, dtype: DType): number {
   const rt = ROUND_TRIP[dtype];
-  if (rt === undefined || !Number.isFinite(x)) return x;
+  if (rt === undefined || Number.isInteger(x) || !Number.isFinite(x)) return x;
   const [digits, round] = rt;
   for (let p = 1; p < digits; p++) {
     const y = Number(x.toPrecision(p));

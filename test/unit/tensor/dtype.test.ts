@@ -54,10 +54,18 @@ test('numpy descrs map both ways; bfloat16 has none', () => {
 });
 
 test('safetensors tags map both ways', () => {
-  assert.deepEqual(
-    DTYPES.map(safetensorsDType),
-    ['F32', 'F64', 'F16', 'BF16', 'I8', 'U8', 'I16', 'I32', 'I64', 'BOOL'],
-  );
+  assert.deepEqual(DTYPES.map(safetensorsDType), [
+    'F32',
+    'F64',
+    'F16',
+    'BF16',
+    'I8',
+    'U8',
+    'I16',
+    'I32',
+    'I64',
+    'BOOL',
+  ]);
   for (const d of DTYPES) assert.equal(dtypeFromSafetensors(safetensorsDType(d)), d);
   assert.equal(dtypeFromSafetensors('F8_E4M3'), undefined);
 });

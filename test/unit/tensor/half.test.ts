@@ -119,7 +119,9 @@ x.astype(np.float16).view(np.uint16).tofile('encoded.bin')`,
     const encoded = new Uint16Array(encodedFile.buffer, encodedFile.byteOffset, inputs.length);
     for (let i = 0; i < inputs.length; i++) {
       if (floatToHalfBits(inputs[i] as number) !== encoded[i]) {
-        assert.fail(`${inputs[i]}: ours 0x${floatToHalfBits(inputs[i] as number).toString(16)}, numpy 0x${encoded[i]?.toString(16)}`);
+        assert.fail(
+          `${inputs[i]}: ours 0x${floatToHalfBits(inputs[i] as number).toString(16)}, numpy 0x${encoded[i]?.toString(16)}`,
+        );
       }
     }
   });
@@ -145,7 +147,9 @@ b.to(torch.float64).numpy().tofile('decoded.bin')`,
     const encoded = new Uint16Array(enc.buffer, enc.byteOffset, inputs.length);
     for (let i = 0; i < inputs.length; i++) {
       if (floatToBfloat16Bits(inputs[i] as number) !== encoded[i]) {
-        assert.fail(`${inputs[i]}: ours 0x${floatToBfloat16Bits(inputs[i] as number).toString(16)}, torch 0x${encoded[i]?.toString(16)}`);
+        assert.fail(
+          `${inputs[i]}: ours 0x${floatToBfloat16Bits(inputs[i] as number).toString(16)}, torch 0x${encoded[i]?.toString(16)}`,
+        );
       }
     }
     const dec = readFileSync(join(dir, 'decoded.bin'));

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Baseline for bench/mcp-overhead: the raw forward pass inside one Python process.
+
+Loads the same TorchScript file the server serves, with the thread count of the model config's
+``resources.threads`` (and one inter-op thread, as the worker uses), warms it up, then times
+``model(x)`` under ``torch.inference_mode()`` on the input read from a ``.npy`` file. Nothing else
+is timed: no copy, no conversion, no I/O.
+
+Standalone (prints one JSON object)::
+
+    /usr/bin/python3 bench/mcp-overhead/baseline.py --model-dir models/image-classifier \
+        --input /tmp/x.npy --iterations 100
+
+With ``--serve`` it loads and warms up once, prints ``{"ready": ...}``, then for every line ``N``
+on stdin runs N timed forwards and prints ``{"ms": [...]}``; run.ts uses this to interleave the
+baseline with the MCP scenarios so that drift of the machine hits every scenario alike.
+No third-party packages beyond torch and numpy (which torch needs anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def load(model_dir: Path, version: str | None) -> tuple[torch.nn.Module, dict]:
+    config = json.loads((model_dir / "config.json").read_text())
+    version = version or str(config.get("default_version") or max(config["versions"], key=int))
+    entry = config["versions"][version]
+    if entry["format"] != "torchscript":
+        raise SystemExit(f"version {version} is {entry['format']}; the baseline loads TorchScript only")
+    threads = int(config.get("resources", {}).get("threads", 1))
+    torch.set_num_threads(max(1, threads))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    model = torch.jit.load(str(model_dir / version / entry["file"]), map_location="cpu")
+    model.eval()
+    return model, {"version": version, "threads": torch.get_num_threads(), "file": entry["file"]}
+
+
+def timed(model: torch.nn.Module, x: torch.Tensor, n: int) -> list[float]:
+    out: list[float] = []
+    with torch.inference_mode():
+        for _ in range(n):
+            t0 = time.perf_counter()
+            model(x)
+            out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-dir", type=Path, required=True, help="model folder holding config.json")
+    parser.add_argument("--version", help="model version (default: the config's default_version)")
+    parser.add_argument("--input", type=Path, required=True, help=".npy file with the input tensor")
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--serve", action="store_true", help="answer 'N' lines on stdin (used by run.ts)")
+    args = parser.parse_args()
+
+    model, info = load(args.model_dir, args.version)
+    x = torch.from_numpy(np.load(args.input))
+    timed(model, x, args.warmup)
+    info.update(
+        torch=torch.__version__,
+        python=platform.python_version(),
+        shape=list(x.shape),
+        dtype=str(x.dtype).replace("torch.", ""),
+    )
+    if not args.serve:
+        print(json.dumps({**info, "ms": timed(model, x, args.iterations)}))
+        return 0
+    print(json.dumps({"ready": info}), flush=True)
+    for line in sys.stdin:
+        n = int(line.strip() or 0)
+        if n <= 0:
+            break
+        print(json.dumps({"ms": timed(model, x, n)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""End to end: a real worker process, spawned as the gateway spawns it, driven over fd 3 with
+tensors in real /dev/shm arenas; outputs compared with a direct forward of the same model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from _worker_client import WIRE, WorkerProcess
+
+
+def load_request(repo: Path, name: str, version: str | None = None, **overrides: Any) -> dict:
+    """The ``model`` object of a load request, built from config.json as the gateway builds it."""
+    cfg = json.loads((repo / name / "config.json").read_text())
+    version = version or cfg["default_version"]
+    entry = cfg["versions"][version]
+    folder = repo / name / version
+    model = {
+        "name": name, "version": version, "format": entry["format"],
+        "file": str(folder / entry["file"]), "code_dir": str(folder),
+        "device": cfg["resources"]["device"], "threads": cfg["resources"]["threads"],
+        "inputs": cfg["inputs"], "outputs": cfg["outputs"], "warmup_runs": 1,
+    }  # fmt: skip
+    if "entry" in entry:
+        model["entry"] = entry["entry"]
+    return {**model, **overrides}
+
+
+@pytest.fixture
+def spawn(shm_path, tmp_path):
+    workers: list[WorkerProcess] = []
+
+    def make(**kwargs: Any) -> WorkerProcess:
+        log = tmp_path / f"worker-{len(workers)}.log"
+        worker = WorkerProcess(shm_path("in"), shm_path("out"), log, **kwargs)
+        workers.append(worker)
+        return worker
+
+    yield make
+    for worker in workers:
+        if worker.proc.poll() is None:
+            worker.close()
+
+
+def loaded(spawn, repo: Path, name: str, version: str | None = None, **kwargs: Any):
+    worker = spawn(**kwargs)
+    reply = worker.request("load", model=load_request(repo, name, version))
+    assert reply["ok"], (reply, worker.log())
+    return worker, reply["result"]
+
+
+def error_of(reply: dict) -> dict:
+    assert reply["ok"] is False, reply
+    return reply["error"]
+
+
+def test_hello_comes_first_and_describes_the_runtime(spawn):
+    worker = spawn()
+    hello = worker.hello
+    assert hello["op"] == "hello"
+    assert hello["pid"] == worker.proc.pid
+    assert hello["torch"] == torch.__version__
+    assert hello["cuda"] is torch.cuda.is_available()
+    assert set(hello["formats"]) >= {"torchscript", "eager"}
+    assert worker.request("ping") == {"id": 1, "ok": True, "result": {}}
+
+
+def test_tabular_classifier_matches_a_direct_forward(spawn, demo_models):
+    worker, result = loaded(spawn, demo_models, "tabular-classifier")
+    assert result["device"] == "cpu"
+    assert result["load_ms"] > 0 and result["warmup_ms"] > 0
+    features = torch.tensor([[5.0, 3.4, 1.5, 0.2], [6.0, 2.8, 4.4, 1.3], [6.7, 3.0, 5.7, 2.1]])
+    reply = worker.infer({"features": features})
+    [header] = reply["result"]["outputs"]
+    assert header == {"name": "probabilities", "dtype": "float32", "shape": [3, 3],
+                      "offset": header["offset"], "nbytes": 36}  # fmt: skip
+    assert header["offset"] % 64 == 0
+    assert set(reply["result"]["timings"]) == {"h2d_ms", "compute_ms", "d2h_ms"}
+    direct = torch.jit.load(str(demo_models / "tabular-classifier" / "1" / "model.pt"))
+    with torch.inference_mode():
+        expected = direct(features)
+    assert torch.allclose(worker.outputs(reply)["probabilities"], expected, atol=1e-6)
+    assert worker.outputs(reply)["probabilities"].argmax(-1).tolist() == [0, 1, 2]
+
+
+def test_image_classifier_eager_version_in_fp32_and_bf16(spawn, demo_models):
+    worker, _ = loaded(spawn, demo_models, "image-classifier", "2")
+    image = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(3))
+    scripted = torch.jit.load(str(demo_models / "image-classifier" / "1" / "model.pt"))
+    with torch.inference_mode():
+        expected = scripted(image)
+    logits = worker.outputs(worker.infer({"image": image}))["logits"]
+    assert torch.allclose(logits, expected, atol=1e-4)
+
+    reply = worker.infer({"image": image}, precision="bf16")
+    bf16 = worker.outputs(reply)["logits"]
+    assert reply["result"]["outputs"][0]["dtype"] == "float32"  # cast back to the declared dtype
+    similarity = torch.nn.functional.cosine_similarity(bf16, expected, dim=-1)
+    assert similarity.min().item() > 0.98
+
+    assert error_of(worker.infer({"image": image}, precision="int4"))["code"] == "BAD_PARAMETER"
+
+
+def test_several_outputs_and_dtypes(spawn, test_models):
+    worker, _ = loaded(spawn, test_models, "multi_out")
+    x = torch.tensor([[0.1, 3.0, 0.2, 0.3], [5.0, 1.0, 0.0, 0.0]])
+    reply = worker.infer({"x": x})
+    assert [(o["name"], o["dtype"]) for o in reply["result"]["outputs"]] == [
+        ("scores", "float32"),
+        ("argmax", "int64"),
+    ]
+    out = worker.outputs(reply)
+    assert out["argmax"].tolist() == [1, 0]
+    assert torch.allclose(out["scores"], torch.softmax(x, dim=-1))
+
+    typed, _ = loaded(spawn, test_models, "typed")
+    x = torch.tensor([[1, 2, 4], [-3, 0, 0]], dtype=torch.int64)
+    out = typed.outputs(typed.infer({"x": x}))
+    assert out["mean"].dtype == torch.float64
+    assert out["mean"].tolist() == [7 / 3, -1.0]
+
+
+def test_two_inputs_dynamic_shapes_and_release(spawn, test_models):
+    worker, _ = loaded(spawn, test_models, "adder")
+    a, b = torch.rand(3, 5), torch.rand(3, 5)
+    first = worker.infer({"a": a, "b": b})
+    assert torch.equal(worker.outputs(first)["sum"], a + b)
+    second = worker.infer({"a": torch.ones(1, 1), "b": torch.ones(1, 1)})
+    assert worker.outputs(second)["sum"].tolist() == [[2.0]]
+    offsets = [o["offset"] for r in (first, second) for o in r["result"]["outputs"]]
+    assert len(set(offsets)) == 2  # unreleased slots are not reused
+    worker.send({"op": "release", "offsets": offsets})  # no answer comes back
+    third = worker.infer({"a": a, "b": b})
+    assert third["id"] == 4  # ids stay in step: release answered nothing
+    assert third["result"]["outputs"][0]["offset"] == min(offsets)  # freed space is reused
+
+
+def test_a_failing_request_is_answered_and_the_worker_goes_on(spawn, test_models):
+    worker, _ = loaded(spawn, test_models, "flaky")
+    reply = worker.infer({"x": torch.tensor([[1.0, -1.0, 0.0, 0.0]])})
+    assert error_of(reply) == {"code": "INFERENCE_FAILED", "message": "negative input",
+                               "type": "ValueError"}  # fmt: skip
+    ok = worker.infer({"x": torch.zeros(2, 4)})
+    assert worker.outputs(ok)["y"].tolist() == [[1.0] * 4] * 2
+    assert worker.request("shutdown")["ok"]
+    assert worker.close() == 0
+    log = worker.log()
+    assert f"request id={reply['id']} op=infer failed: INFERENCE_FAILED" in log
+    assert "Traceback" in log and 'raise ValueError("negative input")' in log
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"offset": 1 << 30},  # past the end of the arena
+        {"offset": 32},  # not 64-aligned
+        {"nbytes": 12},  # does not match shape x itemsize
+        {"dtype": "complex64"},
+        {"shape": [2, "4"]},
+    ],
+)
+def test_bad_tensor_headers_are_bad_tensor(spawn, test_models, change):
+    worker, _ = loaded(spawn, test_models, "flaky")
+    header = {**worker.put("x", torch.zeros(2, 4)), **change}
+    reply = worker.request("infer", inputs=[header], parameters={})
+    assert error_of(reply)["code"] == "BAD_TENSOR"
+    assert worker.infer({"x": torch.zeros(1, 4)})["ok"]
+
+
+def test_protocol_misuse_is_bad_parameter(spawn, test_models):
+    worker = spawn()
+    assert error_of(worker.request("infer", inputs=[]))["code"] == "BAD_PARAMETER"  # no model
+    assert error_of(worker.request("fly"))["code"] == "BAD_PARAMETER"
+    assert worker.request("load", model=load_request(test_models, "adder"))["ok"]
+    again = worker.request("load", model=load_request(test_models, "typed"))
+    assert error_of(again)["code"] == "BAD_PARAMETER"
+    assert "one worker loads one model" in again["error"]["message"]
+
+
+def test_load_failures_leave_the_worker_usable(spawn, test_models, tmp_path):
+    worker = spawn()
+    missing = load_request(test_models, "adder", file=str(tmp_path / "missing.pt"))
+    assert error_of(worker.request("load", model=missing))["code"] == "LOAD_FAILED"
+    export = load_request(test_models, "adder", format="export")
+    if "export" not in worker.hello["formats"]:
+        assert error_of(worker.request("load", model=export))["code"] == "UNSUPPORTED_FORMAT"
+    wrong_shape = load_request(test_models, "adder", inputs=[{"name": "a", "dtype": "float32",
+                                                              "shape": [-1, 2]}])  # fmt: skip
+    failed = error_of(worker.request("load", model=wrong_shape))  # warm-up calls with one input
+    assert failed["code"] == "LOAD_FAILED" and "warm-up" in failed["message"]
+    assert worker.request("load", model=load_request(test_models, "adder"))["ok"]
+
+
+def test_both_arenas_grow(spawn, test_models):
+    worker, _ = loaded(spawn, test_models, "adder", in_bytes=4096, out_bytes=4096)
+    os.truncate(worker.arena_in, 4 << 20)  # the gateway grows its arena after spawn
+    a, b = torch.rand(512, 256), torch.rand(512, 256)  # 512 KiB each
+    headers = [worker.put("a", a, offset=1 << 20), worker.put("b", b, offset=2 << 20)]
+    reply = worker.request("infer", inputs=headers, parameters={"precision": "fp32"})
+    assert torch.equal(worker.outputs(reply)["sum"], a + b)
+    assert os.path.getsize(worker.arena_out) >= 512 * 1024
+
+
+class Echo(torch.nn.Module):
+    def forward(self, f32, f64, f16, bf16, i8, u8, i16, i32, i64, b):
+        return f32 + 1, f64 + 1, f16 + 1, bf16 + 1, i8 + 1, u8 + 1, i16 + 1, i32 + 1, i64 + 1, ~b
+
+
+def test_every_dtype_crosses_both_arenas(spawn, tmp_path):
+    path = tmp_path / "echo.pt"
+    torch.jit.script(Echo()).save(str(path))
+    dtypes = list(WIRE)
+    names = ["f32", "f64", "f16", "bf16", "i8", "u8", "i16", "i32", "i64", "b"]
+    assert [WIRE[d] for d in dtypes] == ["float32", "float64", "float16", "bfloat16", "int8",
+                                         "uint8", "int16", "int32", "int64", "bool"]  # fmt: skip
+    specs = [{"name": n, "dtype": WIRE[d], "shape": [-1, 3]} for n, d in zip(names, dtypes)]
+    model = {"name": "echo", "version": "1", "format": "torchscript", "file": str(path),
+             "code_dir": str(tmp_path), "device": "cpu", "threads": 1, "warmup_runs": 1,
+             "inputs": specs, "outputs": specs}  # fmt: skip
+    worker = spawn()
+    assert worker.request("load", model=model)["ok"]
+    tensors = {n: torch.tensor([[1, 0, 2], [3, 1, 0]]).to(d) for n, d in zip(names, dtypes)}
+    out = worker.outputs(worker.infer(tensors))
+    for name, tensor in tensors.items():
+        expected = ~tensor if tensor.dtype == torch.bool else tensor + 1
+        assert out[name].dtype == tensor.dtype and torch.equal(out[name], expected), name
+
+
+def test_sleepy_reads_its_pause_from_the_environment(spawn, test_models):
+    worker, _ = loaded(spawn, test_models, "sleepy", env={"TENSORGATE_SLEEPY_SECONDS": "0.05"})
+    reply = worker.infer({"x": torch.ones(1, 4)})
+    assert worker.outputs(reply)["y"].tolist() == [[2.0] * 4]
+    assert reply["result"]["timings"]["compute_ms"] >= 50
+
+
+def test_end_of_stream_and_shutdown_exit_zero(spawn):
+    closed = spawn()
+    assert closed.close() == 0  # EOF on fd 3
+    stopped = spawn()
+    assert stopped.request("shutdown") == {"id": 1, "ok": True, "result": {}}
+    assert stopped.proc.wait(timeout=30) == 0
+
+
+def test_requests_without_an_id_are_dropped_not_fatal(spawn):
+    worker = spawn()
+    worker.send({"op": "ping"})  # nothing can match an answer to this: logged, not answered
+    assert worker.request("ping") == {"id": 1, "ok": True, "result": {}}
+    worker.request("shutdown")
+    assert worker.close() == 0
+    assert "without an integer id" in worker.log()
+
+
+def test_a_corrupt_control_stream_ends_the_worker_with_status_1(spawn):
+    worker = spawn()
+    worker.sock.sendall(b"\x05\x00\x00\x00{nope")
+    assert worker.proc.wait(timeout=30) == 1
+    assert "control channel is corrupt" in worker.log()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sets up a checkout on a fresh Debian 12 machine: PyTorch for the system Python, the Node
+# packages, the compiled CLI, and the demo models. Idempotent: steps already done are skipped.
+#   scripts/setup.sh          what serving needs
+#   scripts/setup.sh --test   also what the tests need (pytest, ruff, the third-party MCP checkers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+PYTHON="${TENSORGATE_PYTHON:-/usr/bin/python3}"
+step() { printf '\n==> %s\n' "$*"; }
+
+apt_packages=()
+# Debian's python3-torch (1.13, CPU) installs in about 90 s; PyPI's torch wheels pull several GB
+# of CUDA libraries on Linux, and the CPU-only wheels live on an index outside the registries.
+"$PYTHON" -c 'import torch, numpy' 2>/dev/null || apt_packages+=(python3-torch python3-numpy)
+if [[ $want_test == 1 ]]; then
+  "$PYTHON" -c 'import pytest' 2>/dev/null || apt_packages+=(python3-pytest)
+fi
+if ((${#apt_packages[@]})); then
+  step "installing ${apt_packages[*]} with apt-get"
+  SUDO=""
+  [[ $(id -u) != 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
+fi
+"$PYTHON" -c 'import torch; print(f"torch {torch.__version__} for $("$PYTHON" -V 2>&1)")'
+
+step "installing Node packages"
+if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
+  npm ci --no-audit --no-fund
+fi
+
+step "building the CLI"
+npm run --silent build
+
+if [[ ! -f models/image-classifier/config.json || ! -f models/tabular-classifier/config.json ]]; then
+  step "building the demo models into models/"
+  "$PYTHON" scripts/make_demo_models.py models
+fi
+
+if [[ $want_test == 1 ]]; then
+  step "installing test tools"
+  python3 -m ruff --version 2>/dev/null | grep -q "0.17.6" || python3 -m pip install --quiet ruff==0.17.6
+  bash scripts/install-test-tools.sh
+fi
+step "set-up done"

@@ -1,0 +1,92 @@
+import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { defaultConfig } from '../../src/config.js';
+import { Gateway } from '../../src/gateway.js';
+import { ensureTestModels } from '../helpers/models.js';
+
+/**
+ * The gateway in-process with real Python workers: crash recovery, failed loads, and cleanup of
+ * shared-memory arenas. (The MCP suites cover the same core through real transports.)
+ */
+
+function workerPids(): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (ppid === process.pid && cmdline.includes('tensorgate.worker')) pids.push(Number(entry));
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return pids;
+}
+
+const ownArenas = () => readdirSync('/dev/shm').filter((n) => n.startsWith(`tensorgate-${process.pid}-`));
+
+describe('worker lifecycle', { timeout: 300_000 }, () => {
+  let gateway: Gateway;
+  let models: string;
+  let work: string;
+
+  before(async () => {
+    models = ensureTestModels();
+    work = mkdtempSync(join(tmpdir(), 'tg-life-'));
+    writeFileSync('/dev/shm/tensorgate-999999999-stale-in', 'left by a dead gateway');
+    gateway = new Gateway({ ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') }, (line) =>
+      process.stderr.write(`${line}\n`),
+    );
+  });
+
+  after(async () => {
+    await gateway.close();
+  });
+
+  it('removes arenas left behind by dead gateways at start', () => {
+    assert.ok(!readdirSync('/dev/shm').includes('tensorgate-999999999-stale-in'));
+  });
+
+  it('fails only the running request when a worker dies, then restarts it', async () => {
+    const info = await gateway.register(join(models, 'sleepy'));
+    assert.equal(info.versions[0]?.state, 'ready');
+    const [pid] = workerPids();
+    assert.ok(pid, 'one worker is running');
+    const running = gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } });
+    setTimeout(() => process.kill(pid, 'SIGKILL'), 100);
+    await assert.rejects(running, { code: 'WORKER_CRASHED' });
+    const next = await gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } });
+    assert.deepEqual(next.outputs[0]?.shape, [1, 4]);
+    assert.notEqual(workerPids()[0], pid, 'a new worker serves');
+  });
+
+  it('reports a model whose weights cannot load as failed, with the reason, and keeps serving others', async () => {
+    const broken = join(work, 'broken');
+    cpSync(join(models, 'adder'), broken, { recursive: true });
+    const config = JSON.parse(readFileSync(join(broken, 'config.json'), 'utf8'));
+    config.name = 'broken';
+    writeFileSync(join(broken, 'config.json'), JSON.stringify(config));
+    writeFileSync(join(broken, '1', config.versions['1'].file), 'not a torchscript archive');
+    const info = await gateway.register(broken);
+    assert.equal(info.versions[0]?.state, 'failed');
+    assert.match(info.versions[0]?.error ?? '', /LOAD_FAILED|zip|archive|constants/i);
+    await assert.rejects(gateway.infer({ model: 'broken', inputs: { a: [[1]], b: [[1]] } }), {
+      code: 'MODEL_NOT_READY',
+    });
+    await assert.rejects(gateway.register(join(work, 'nowhere')), { code: 'INVALID_CONFIG' });
+    const ok = await gateway.infer({ model: 'sleepy', inputs: { x: [[0, 0, 0, 0]] } });
+    assert.equal(ok.model, 'sleepy');
+  });
+
+  it('removes its arenas and stops its workers on close', async () => {
+    assert.ok(ownArenas().length > 0);
+    await gateway.close();
+    assert.deepEqual(ownArenas(), []);
+    assert.deepEqual(workerPids(), []);
+  });
+});

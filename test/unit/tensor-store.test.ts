@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { TensorStore } from '../../src/tensor/store.js';
+import type { Tensor } from '../../src/tensor/tensor.js';
+
+const tensor = (bytes: number): Tensor => ({ dtype: 'uint8', shape: [bytes], data: new Uint8Array(bytes) });
+
+test('hands out tensor:// handles and finds them again', () => {
+  const store = new TensorStore(1024, 60_000);
+  const entry = store.put(tensor(4), 'm@1:y');
+  assert.match(entry.uri, /^tensor:\/\/[\w-]+$/);
+  assert.equal(store.get(entry.uri).tensor.data.byteLength, 4);
+  assert.equal(store.get(entry.id).source, 'm@1:y');
+});
+
+test('expired handles give HANDLE_NOT_FOUND with a hint', () => {
+  let now = 0;
+  const store = new TensorStore(1024, 1000, () => now);
+  const entry = store.put(tensor(4), 'm@1:y');
+  now = 999;
+  assert.ok(store.get(entry.uri));
+  now = 1000;
+  assert.throws(() => store.get(entry.uri), (err: Error & { code?: string }) => {
+    assert.equal(err.code, 'HANDLE_NOT_FOUND');
+    assert.match(err.message, /expired.*run the call that produced it again/);
+    return true;
+  });
+  assert.equal(store.usedBytes, 0);
+});
+
+test('evicts the oldest tensors to stay within the byte budget', () => {
+  const store = new TensorStore(100, 60_000);
+  const a = store.put(tensor(40), 'a');
+  const b = store.put(tensor(40), 'b');
+  const c = store.put(tensor(40), 'c');
+  assert.throws(() => store.get(a.uri), /unknown or has expired/);
+  assert.ok(store.get(b.uri) && store.get(c.uri));
+  assert.equal(store.usedBytes, 80);
+});
