@@ -163,7 +163,14 @@ export class Gateway {
       const spec = config.outputs.find((o) => o.name === name);
       const summary = summarizeTensor(tensor, { labels: spec?.labels, topK: parameters.top_k });
       const stored = this.store.put(tensor, `${config.name}@${version}:${name}`);
-      return { name, dtype: tensor.dtype, shape: tensor.shape, uri: stored.uri, summary, text: describeSummary(name, summary) };
+      return {
+        name,
+        dtype: tensor.dtype,
+        shape: tensor.shape,
+        uri: stored.uri,
+        summary,
+        text: describeSummary(name, summary),
+      };
     });
     const end = performance.now();
     return {
@@ -221,7 +228,11 @@ export class Gateway {
     if (!engine) throw tgError('UNSUPPORTED_FORMAT', `engine "${config.engine}" is not available`);
     await Promise.all(
       Object.keys(config.versions).map(async (version) => {
-        const pool = new ModelPool(engine, { config, version, dir }, { maxQueue: this.config.maxQueue, onLog: this.log });
+        const pool = new ModelPool(
+          engine,
+          { config, version, dir },
+          { maxQueue: this.config.maxQueue, onLog: this.log },
+        );
         this.pools.set(poolKey(name, version), pool);
         this.log(`loading ${name}@${version} (${config.versions[version]?.format}, ${config.resources.device})`);
         try {

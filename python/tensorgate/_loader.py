@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -68,13 +69,20 @@ def _tensor_spec(raw: dict[str, Any]) -> TensorSpec:
     return TensorSpec(str(raw["name"]), to_torch(raw["dtype"]), [int(d) for d in raw["shape"]])
 
 
+def _torch_export() -> Any:
+    """The ``torch.export`` module if it can load programs (torch >= 2.1), else None."""
+    try:
+        export = importlib.import_module("torch.export")  # absent in torch 1.13
+    except ImportError:
+        return None
+    return export if hasattr(export, "load") else None
+
+
 def supported_formats() -> list[str]:
     """The formats this torch can load, as announced in ``hello``."""
-    formats = ["torchscript", "eager"]
-    export = getattr(torch, "export", None)  # torch >= 2.1; absent in 1.13
-    if export is not None and hasattr(export, "load"):
-        formats.insert(1, "export")
-    return formats
+    if _torch_export() is None:
+        return ["torchscript", "eager"]
+    return ["torchscript", "export", "eager"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -143,7 +151,7 @@ def _load_torchscript(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
 
 
 def _load_export(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
-    program = torch.export.load(spec.file)  # type: ignore[attr-defined]
+    program = _torch_export().load(spec.file)
     return program.module().to(device)
 
 

@@ -13,6 +13,8 @@ export function configFrom(opts: GlobalOptions): GatewayConfig {
   config.modelsDir = resolve(opts.models);
   config.registryPath = resolve(opts.registry);
   if (opts.allowRoot.length > 0) config.allowedRoots = opts.allowRoot.map((r) => resolve(r));
+  // MCP clients often start servers in "/": never let that silently open the whole file system.
+  else if (process.cwd() === '/') config.allowedRoots = [];
   return config;
 }
 

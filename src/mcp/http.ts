@@ -27,7 +27,9 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
       return;
     }
     if (path !== '/mcp') {
-      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'not found; MCP is at /mcp' }));
+      res
+        .writeHead(404, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: 'not found; MCP is at /mcp' }));
       return;
     }
     if (!validateHost(req, res) || !validateOrigin(req, res)) return;

@@ -72,7 +72,9 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
         const models = gateway.listModels();
         const text = models.length
           ? models
-              .map((m) => `${m.name} (v${m.versions.map((v) => `${v.version}:${v.state}`).join(', v')}) ${m.description}`)
+              .map(
+                (m) => `${m.name} (v${m.versions.map((v) => `${v.version}:${v.state}`).join(', v')}) ${m.description}`,
+              )
               .join('\n')
           : 'No models are registered.';
         return jsonResult(text, { models });

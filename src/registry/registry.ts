@@ -108,7 +108,15 @@ export class Registry {
       .prepare(
         `UPDATE versions SET status = ?, error = ?, load_ms = ?, warmup_ms = ?, updated_at = ? WHERE model = ? AND version = ?`,
       )
-      .run(status, info.error ?? null, info.loadMs ?? null, info.warmupMs ?? null, new Date().toISOString(), name, version);
+      .run(
+        status,
+        info.error ?? null,
+        info.loadMs ?? null,
+        info.warmupMs ?? null,
+        new Date().toISOString(),
+        name,
+        version,
+      );
   }
 
   remove(name: string): boolean {
@@ -117,7 +125,8 @@ export class Registry {
 
   get(name: string): ModelRecord {
     const row = this.db.prepare('SELECT * FROM models WHERE name = ?').get(name) as ModelRow | undefined;
-    if (!row) throw tgError('MODEL_NOT_FOUND', `no model "${name}" is registered; list them with list_models`, { name });
+    if (!row)
+      throw tgError('MODEL_NOT_FOUND', `no model "${name}" is registered; list them with list_models`, { name });
     return this.toRecord(row);
   }
 
@@ -135,9 +144,7 @@ export class Registry {
   }
 
   private toRecord(row: ModelRow): ModelRecord {
-    const versions = (
-      this.db.prepare('SELECT * FROM versions WHERE model = ?').all(row.name) as VersionRow[]
-    )
+    const versions = (this.db.prepare('SELECT * FROM versions WHERE model = ?').all(row.name) as VersionRow[])
       .map((v) => ({
         version: v.version,
         status: v.status,

@@ -16,15 +16,21 @@ export function readModelDir(dir: string): ModelSource {
   const abs = resolve(dir);
   const configPath = join(abs, CONFIG_FILE);
   if (!existsSync(configPath)) {
-    throw tgError('INVALID_CONFIG', `${abs} has no ${CONFIG_FILE}; a model folder holds config.json and version folders`, {
-      dir: abs,
-    });
+    throw tgError(
+      'INVALID_CONFIG',
+      `${abs} has no ${CONFIG_FILE}; a model folder holds config.json and version folders`,
+      {
+        dir: abs,
+      },
+    );
   }
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(configPath, 'utf8'));
   } catch (err) {
-    throw tgError('INVALID_CONFIG', `${configPath} is not valid JSON: ${(err as Error).message}`, { source: configPath });
+    throw tgError('INVALID_CONFIG', `${configPath} is not valid JSON: ${(err as Error).message}`, {
+      source: configPath,
+    });
   }
   const config = parseModelConfig(raw, configPath);
   for (const [version, v] of Object.entries(config.versions)) {

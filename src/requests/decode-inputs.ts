@@ -32,11 +32,7 @@ export interface DecodeContext {
   store: TensorStore;
 }
 
-export function decodeInputs(
-  specs: TensorSpec[],
-  inputs: Record<string, unknown>,
-  ctx: DecodeContext,
-): DecodedInput[] {
+export function decodeInputs(specs: TensorSpec[], inputs: Record<string, unknown>, ctx: DecodeContext): DecodedInput[] {
   const declared = new Set(specs.map((s) => s.name));
   for (const name of Object.keys(inputs)) {
     if (!declared.has(name)) {
@@ -70,7 +66,7 @@ function decodeOne(spec: TensorSpec, value: unknown, ctx: DecodeContext): { form
   }
   if (value !== null && typeof value === 'object') {
     const obj = value as Record<string, unknown>;
-    if (typeof obj.b64 === 'string') return { form: 'b64', tensor: decodeInline(spec, obj) };
+    if (typeof obj.b64 === 'string') return { form: 'b64', tensor: decodeInline(spec, obj, ctx) };
     if (typeof obj.path === 'string') {
       const key = typeof obj.key === 'string' ? obj.key : undefined;
       return { form: 'path', tensor: readTensorFile(spec, obj.path, key, ctx) };
@@ -82,7 +78,7 @@ function decodeOne(spec: TensorSpec, value: unknown, ctx: DecodeContext): { form
   });
 }
 
-function decodeInline(spec: TensorSpec, obj: Record<string, unknown>): Tensor {
+function decodeInline(spec: TensorSpec, obj: Record<string, unknown>, ctx: DecodeContext): Tensor {
   const dtype = obj.dtype ?? spec.dtype;
   if (typeof dtype !== 'string' || !isDType(dtype)) {
     throw tgError('BAD_TENSOR', `input "${spec.name}": dtype ${JSON.stringify(dtype)} is not a known dtype`, {
@@ -98,7 +94,7 @@ function decodeInline(spec: TensorSpec, obj: Record<string, unknown>): Tensor {
     );
   }
   try {
-    return fromBase64(dtype, shape as number[], obj.b64 as string);
+    return fromBase64(dtype, shape as number[], obj.b64 as string, { maxBytes: ctx.config.maxInputBytes });
   } catch (err) {
     throw withInputName(err, spec.name);
   }

@@ -1,6 +1,13 @@
 import { performance } from 'node:perf_hooks';
+import type {
+  Engine,
+  EngineInstance,
+  EngineRequest,
+  EngineResponse,
+  LoadInfo,
+  ModelVersionSpec,
+} from '../engines/engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
-import type { Engine, EngineInstance, EngineRequest, EngineResponse, LoadInfo, ModelVersionSpec } from '../engines/engine.js';
 
 /**
  * The instances of one model version and the FIFO queue in front of them. Each instance runs one

@@ -20,7 +20,7 @@ export function compactNumber(x: number, dtype: DType): number {
   const rt = ROUND_TRIP[dtype];
   if (rt === undefined || Number.isInteger(x) || !Number.isFinite(x)) return x;
   const [digits, round] = rt;
-  for (let p = 1; p < digits; p++) {
+  for (let p = 1; p <= digits; p++) {
     const y = Number(x.toPrecision(p));
     if (round(y) === x) return y;
   }

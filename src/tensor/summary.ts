@@ -42,7 +42,7 @@ export const TensorSummarySchema = z.object({
     .optional()
     .describe('how to read the top-k scores: logits (softmax probability added), probabilities, or independent scores'),
   top: z.array(z.object({ row: z.number().int(), top: z.array(TopItemSchema) })).optional(),
-  rowsOmitted: z.number().int().optional().describe('rows beyond those shown in top'),
+  rows_omitted: z.number().int().optional().describe('rows beyond those shown in top'),
   stats: TensorStatsSchema.optional(),
   values: SummaryValueSchema.optional(),
   note: z.string().optional(),
@@ -84,7 +84,7 @@ export function summarizeTensor(t: Tensor, opts: SummarizeOptions = {}): TensorS
     const result = topKRows(t, labels, k, Math.max(1, opts.maxRows ?? 8));
     summary.scores = result.kind;
     summary.top = result.rows;
-    if (result.totalRows > result.rows.length) summary.rowsOmitted = result.totalRows - result.rows.length;
+    if (result.totalRows > result.rows.length) summary.rows_omitted = result.totalRows - result.rows.length;
   } else {
     if (labels !== undefined && labels.length > 0) {
       summary.note = `${labels.length} labels but the last dimension is ${classes ?? 'absent (rank 0)'}; showing statistics`;
@@ -103,7 +103,7 @@ function describeTop(s: TensorSummary): string {
     const p = best.probability ?? (s.scores === 'probabilities' ? best.score : undefined);
     return p === undefined ? `${best.label} (score=${formatShort(best.score)})` : `${best.label} (p=${formatShort(p)})`;
   });
-  const more = rows.length - parts.length + (s.rowsOmitted ?? 0);
+  const more = rows.length - parts.length + (s.rows_omitted ?? 0);
   return `top-1 ${parts.join('; ')}${more > 0 ? `; ... ${more} more rows` : ''}`;
 }
 

@@ -133,7 +133,10 @@ export function defineMcpSuite(kind: TransportKind): void {
       );
 
       const described = await call(client, 'describe_model', { model: 'image-classifier' });
-      const info = described.structuredContent as { inputs: { name: string; shape: number[] }[]; outputs: { labels?: string[] }[] };
+      const info = described.structuredContent as {
+        inputs: { name: string; shape: number[] }[];
+        outputs: { labels?: string[] }[];
+      };
       assert.deepEqual(info.inputs[0], { name: 'image', dtype: 'float32', shape: [-1, 3, 224, 224] });
       assert.equal(info.outputs[0]?.labels?.length, 10);
     });
@@ -189,7 +192,13 @@ export function defineMcpSuite(kind: TransportKind): void {
 
     it('accepts a large JSON array but says what it cost and what to send instead', async () => {
       const image = readNpy(join(dir, 'image.npy'));
-      const nested = [[0, 1, 2].map((c) => Array.from({ length: 224 }, (_, y) => Array.from(image.subarray((c * 224 + y) * 224, (c * 224 + y + 1) * 224))))];
+      const nested = [
+        [0, 1, 2].map((c) =>
+          Array.from({ length: 224 }, (_, y) =>
+            Array.from(image.subarray((c * 224 + y) * 224, (c * 224 + y + 1) * 224)),
+          ),
+        ),
+      ];
       const raw = await call(client, 'infer', { model: 'image-classifier', inputs: { image: nested } });
       assert.notEqual(raw.isError, true, raw.content[0]?.text);
       const result = raw.structuredContent as unknown as InferOutput;
@@ -215,9 +224,9 @@ export function defineMcpSuite(kind: TransportKind): void {
       assert.match(handle, /^tensor:\/\//);
       const second = await infer(client, { model: 'adder', inputs: { a: { handle }, b: handle } });
       assert.deepEqual([...(await readTensor(client, second.outputs[0]?.uri as string))], [22, 44, 66]);
-      const resourceLinks = (await call(client, 'infer', { model: 'adder', inputs: { a: [[1]], b: [[2]] } })).content.filter(
-        (c) => c.type === 'resource_link',
-      );
+      const resourceLinks = (
+        await call(client, 'infer', { model: 'adder', inputs: { a: [[1]], b: [[2]] } })
+      ).content.filter((c) => c.type === 'resource_link');
       assert.equal(resourceLinks.length, 1);
     });
 
@@ -233,22 +242,79 @@ export function defineMcpSuite(kind: TransportKind): void {
     it('answers every bad input with a clear error and keeps serving', async () => {
       const img = { path: join(dir, 'image.npy') };
       await expectError(client, { model: 'nope', inputs: {} }, 'MODEL_NOT_FOUND', /list_models/);
-      await expectError(client, { model: 'image-classifier', version: '9', inputs: { image: img } }, 'VERSION_NOT_FOUND', /1, 2/);
-      await expectError(client, { model: 'image-classifier', inputs: { image: { path: join(dir, 'image64.npy') } } }, 'DTYPE_MISMATCH', /float64.*float32/);
-      await expectError(client, { model: 'tabular-classifier', inputs: { features: [[[[1, 2, 3, 4]]]] } }, 'SHAPE_MISMATCH', /-1, 4/);
+      await expectError(
+        client,
+        { model: 'image-classifier', version: '9', inputs: { image: img } },
+        'VERSION_NOT_FOUND',
+        /1, 2/,
+      );
+      await expectError(
+        client,
+        { model: 'image-classifier', inputs: { image: { path: join(dir, 'image64.npy') } } },
+        'DTYPE_MISMATCH',
+        /float64.*float32/,
+      );
+      await expectError(
+        client,
+        { model: 'tabular-classifier', inputs: { features: [[[[1, 2, 3, 4]]]] } },
+        'SHAPE_MISMATCH',
+        /-1, 4/,
+      );
       await expectError(client, { model: 'tabular-classifier', inputs: { features: [[1, 2, 3]] } }, 'SHAPE_MISMATCH');
-      await expectError(client, { model: 'tabular-classifier', inputs: { features: { b64: 'AAAA', shape: [1, 4] } } }, 'BYTE_LENGTH_MISMATCH', /16/);
-      await expectError(client, { model: 'image-classifier', inputs: { image: { path: '/etc/hostname' } } }, 'PATH_NOT_ALLOWED', /allowed roots/);
-      await expectError(client, { model: 'image-classifier', inputs: { image: { path: join(dir, 'missing.npy') } } }, 'FILE_NOT_FOUND');
-      await expectError(client, { model: 'adder', inputs: { a: 'tensor://doesnotexist', b: [[1]] } }, 'HANDLE_NOT_FOUND', /expired/);
-      await expectError(client, { model: 'tabular-classifier', inputs: { features: [[1, 'x', 3, 4]] } }, 'BAD_TENSOR', /\[0\]\[1\]/);
+      await expectError(
+        client,
+        { model: 'tabular-classifier', inputs: { features: { b64: 'AAAA', shape: [1, 4] } } },
+        'BYTE_LENGTH_MISMATCH',
+        /16/,
+      );
+      await expectError(
+        client,
+        { model: 'image-classifier', inputs: { image: { path: '/etc/hostname' } } },
+        'PATH_NOT_ALLOWED',
+        /allowed roots/,
+      );
+      await expectError(
+        client,
+        { model: 'image-classifier', inputs: { image: { path: join(dir, 'missing.npy') } } },
+        'FILE_NOT_FOUND',
+      );
+      await expectError(
+        client,
+        { model: 'adder', inputs: { a: 'tensor://doesnotexist', b: [[1]] } },
+        'HANDLE_NOT_FOUND',
+        /expired/,
+      );
+      await expectError(
+        client,
+        { model: 'tabular-classifier', inputs: { features: [[1, 'x', 3, 4]] } },
+        'BAD_TENSOR',
+        /\[0\]\[1\]/,
+      );
       const tooBig = Array.from({ length: 300_000 }, () => [0, 0, 0, 0]);
       await expectError(client, { model: 'tabular-classifier', inputs: { features: tooBig } }, 'INPUT_TOO_LARGE');
       await expectError(client, { model: 'tabular-classifier', inputs: {} }, 'MISSING_INPUT', /features/);
-      await expectError(client, { model: 'tabular-classifier', inputs: { features: [[1, 2, 3, 4]], extra: [1] } }, 'UNKNOWN_INPUT');
-      await expectError(client, { model: 'tabular-classifier', inputs: { features: [[1, 2, 3, 4]] }, parameters: { precision: 'fp16' } }, 'BAD_PARAMETER', /offers/);
-      await expectError(client, { model: 'tabular-classifier', inputs: { features: [[1, 2, 3, 4]] }, parameters: { speed: 'max' } }, 'BAD_PARAMETER');
-      await expectError(client, { model: 'flaky', inputs: { x: [[-1, 0, 0, 0]] } }, 'INFERENCE_FAILED', /negative input/);
+      await expectError(
+        client,
+        { model: 'tabular-classifier', inputs: { features: [[1, 2, 3, 4]], extra: [1] } },
+        'UNKNOWN_INPUT',
+      );
+      await expectError(
+        client,
+        { model: 'tabular-classifier', inputs: { features: [[1, 2, 3, 4]] }, parameters: { precision: 'fp16' } },
+        'BAD_PARAMETER',
+        /offers/,
+      );
+      await expectError(
+        client,
+        { model: 'tabular-classifier', inputs: { features: [[1, 2, 3, 4]] }, parameters: { speed: 'max' } },
+        'BAD_PARAMETER',
+      );
+      await expectError(
+        client,
+        { model: 'flaky', inputs: { x: [[-1, 0, 0, 0]] } },
+        'INFERENCE_FAILED',
+        /negative input/,
+      );
       // The worker that raised is still serving, and so is everything else.
       const ok = await infer(client, { model: 'flaky', inputs: { x: [[1, 2, 3, 4]] } });
       assert.deepEqual([...(await readTensor(client, ok.outputs[0]?.uri as string))], [2, 3, 4, 5]);
@@ -260,7 +326,9 @@ export function defineMcpSuite(kind: TransportKind): void {
       const slow = infer(client, { model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } }).then(() => order.push('sleepy'));
       await new Promise((r) => setTimeout(r, 50));
       await call(client, 'list_models', {}).then(() => order.push('list_models'));
-      await infer(client, { model: 'tabular-classifier', inputs: { features: [[5, 3, 1, 0]] } }).then(() => order.push('tabular'));
+      await infer(client, { model: 'tabular-classifier', inputs: { features: [[5, 3, 1, 0]] } }).then(() =>
+        order.push('tabular'),
+      );
       await slow;
       assert.deepEqual(order, ['list_models', 'tabular', 'sleepy']);
     });

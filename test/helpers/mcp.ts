@@ -75,7 +75,10 @@ async function waitForModels(client: Client, timeoutMs: number): Promise<void> {
   while (Date.now() < deadline) {
     const result = await client.callTool({ name: 'list_models', arguments: {} });
     const models = (result.structuredContent as { models: { versions: { state: string }[] }[] }).models;
-    if (models.length > 0 && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'not_loaded'))) {
+    if (
+      models.length > 0 &&
+      models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'not_loaded'))
+    ) {
       return;
     }
     await new Promise((r) => setTimeout(r, 250));

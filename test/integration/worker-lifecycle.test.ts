@@ -39,8 +39,9 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-life-'));
     writeFileSync('/dev/shm/tensorgate-999999999-stale-in', 'left by a dead gateway');
-    gateway = new Gateway({ ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') }, (line) =>
-      process.stderr.write(`${line}\n`),
+    gateway = new Gateway(
+      { ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') },
+      (line) => process.stderr.write(`${line}\n`),
     );
   });
 

@@ -20,11 +20,14 @@ test('expired handles give HANDLE_NOT_FOUND with a hint', () => {
   now = 999;
   assert.ok(store.get(entry.uri));
   now = 1000;
-  assert.throws(() => store.get(entry.uri), (err: Error & { code?: string }) => {
-    assert.equal(err.code, 'HANDLE_NOT_FOUND');
-    assert.match(err.message, /expired.*run the call that produced it again/);
-    return true;
-  });
+  assert.throws(
+    () => store.get(entry.uri),
+    (err: Error & { code?: string }) => {
+      assert.equal(err.code, 'HANDLE_NOT_FOUND');
+      assert.match(err.message, /expired.*run the call that produced it again/);
+      return true;
+    },
+  );
   assert.equal(store.usedBytes, 0);
 });
 

@@ -2,7 +2,14 @@ import { performance } from 'node:perf_hooks';
 import type { TensorgateError } from '../../errors.js';
 import { versionDir, versionFile } from '../../registry/repository.js';
 import { byteLength } from '../../tensor/tensor.js';
-import type { EngineInstance, EngineRequest, EngineResponse, LoadInfo, ModelVersionSpec, NamedTensor } from '../engine.js';
+import type {
+  EngineInstance,
+  EngineRequest,
+  EngineResponse,
+  LoadInfo,
+  ModelVersionSpec,
+  NamedTensor,
+} from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
 import { InferResultSchema, type LoadRequestModel, LoadResultSchema, type TensorHeader } from './protocol.js';
 import { WorkerProcess } from './worker-process.js';

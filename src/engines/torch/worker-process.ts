@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type ErrorCode, isErrorCode, TensorgateError, tgError } from '../../errors.js';
+import { type ErrorCode, isErrorCode, type TensorgateError, tgError } from '../../errors.js';
 import { encodeFrame, FrameDecoder } from './frame.js';
 import { type Hello, HelloSchema, ReplySchema } from './protocol.js';
 

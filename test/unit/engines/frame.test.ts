@@ -3,7 +3,11 @@ import { test } from 'node:test';
 import { encodeFrame, FrameDecoder } from '../../../src/engines/torch/frame.js';
 
 test('decodes frames split and joined at arbitrary byte boundaries', () => {
-  const messages = [{ op: 'hello', pid: 1 }, { id: 2, ok: true, result: { text: 'é ✓' } }, { op: 'release', offsets: [] }];
+  const messages = [
+    { op: 'hello', pid: 1 },
+    { id: 2, ok: true, result: { text: 'é ✓' } },
+    { op: 'release', offsets: [] },
+  ];
   const stream = Buffer.concat(messages.map(encodeFrame));
   for (const chunkSize of [1, 3, 7, stream.length]) {
     const decoder = new FrameDecoder();

@@ -43,7 +43,9 @@ test('reads .npy files under an allowed root, and refuses symlinks that lead out
   writeFileSync(join(outside, 'secret.npy'), npy([1, 2], [1, 2]));
   mkdirSync(join(root, 'sub'), { recursive: true });
   symlinkSync(join(outside, 'secret.npy'), join(root, 'sub', 'link.npy'));
-  assert.throws(() => decodeInputs(cfg.inputs, { x: join(root, 'sub', 'link.npy') }, ctx), { code: 'PATH_NOT_ALLOWED' });
+  assert.throws(() => decodeInputs(cfg.inputs, { x: join(root, 'sub', 'link.npy') }, ctx), {
+    code: 'PATH_NOT_ALLOWED',
+  });
   assert.throws(() => decodeInputs(cfg.inputs, { x: { path: 'relative.npy' } }, ctx), { code: 'PATH_NOT_ALLOWED' });
   writeFileSync(join(root, 'x.txt'), 'hello');
   assert.throws(() => decodeInputs(cfg.inputs, { x: { path: join(root, 'x.txt') } }, ctx), { code: 'BAD_TENSOR' });

@@ -10,7 +10,10 @@ import {
   floatToHalfBits,
   halfBitsToFloat,
 } from '../../../src/tensor/half.js';
-import { numpySkip, runPython, torchSkip, withTempDir } from './helpers.js';
+import { numpySkip, runPython, torchSkip, withTempDir } from './python.js';
+
+const NUMPY_SKIP = numpySkip();
+const TORCH_SKIP = torchSkip();
 
 const HALF: [number, number][] = [
   [0x0000, 0],
@@ -90,7 +93,7 @@ test('lookup tables agree with the scalar decoders', () => {
   }
 });
 
-test('float16 matches numpy: all 65536 bit patterns decode, and 20000 doubles encode', { skip: numpySkip }, () => {
+test('float16 matches numpy: all 65536 bit patterns decode, and 20000 doubles encode', { skip: NUMPY_SKIP }, () => {
   withTempDir((dir) => {
     const inputs = new Float64Array(20000);
     for (let i = 0; i < inputs.length; i++) {
@@ -127,7 +130,7 @@ x.astype(np.float16).view(np.uint16).tofile('encoded.bin')`,
   });
 });
 
-test('bfloat16 matches torch for 20000 float32 values', { skip: torchSkip }, () => {
+test('bfloat16 matches torch for 20000 float32 values', { skip: TORCH_SKIP }, () => {
   withTempDir((dir) => {
     const inputs = new Float32Array(20000);
     for (let i = 0; i < inputs.length; i++) {

@@ -1,8 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type ErrorCode, TensorgateError } from '../../../src/errors.js';
 
 /** Asserts that `fn` throws a TensorgateError with `code` and a message matching every pattern. */
@@ -17,42 +13,6 @@ export function throwsCode(fn: () => unknown, code: ErrorCode, ...patterns: RegE
   assert.equal(caught.code, code, caught.message);
   for (const p of patterns) assert.match(caught.message, p);
   return caught;
-}
-
-export const PYTHON = '/usr/bin/python3';
-
-function probe(module: string): string | undefined {
-  const r = spawnSync(PYTHON, ['-c', `import ${module}`], { encoding: 'utf8' });
-  if (r.error) return `${PYTHON} is missing (${r.error.message})`;
-  if (r.status !== 0) return `${module} is not installed for ${PYTHON}`;
-  return undefined;
-}
-
-/** Why numpy tests are skipped, or false when numpy is there. */
-export const numpySkip: string | false = (() => {
-  const why = probe('numpy');
-  return why === undefined ? false : `skipped: ${why}; install python3-numpy to run the numpy interop tests`;
-})();
-
-export const torchSkip: string | false = (() => {
-  const why = probe('torch');
-  return why === undefined ? false : `skipped: ${why}; install python3-torch to cross-check bfloat16 with torch`;
-})();
-
-/** Runs a Python snippet with `cwd` as working directory; returns its stdout; fails the test on error. */
-export function runPython(code: string, cwd: string): string {
-  const r = spawnSync(PYTHON, ['-c', code], { cwd, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-  assert.equal(r.status, 0, `python failed:\n${r.stderr}`);
-  return r.stdout;
-}
-
-export function withTempDir<T>(fn: (dir: string) => T): T {
-  const dir = mkdtempSync(join(tmpdir(), 'tg-tensor-'));
-  try {
-    return fn(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 /** Sample values per dtype, 4 each, covering extremes that the dtype represents exactly. */

@@ -6,7 +6,10 @@ import { DTYPES, type DType } from '../../../src/tensor/dtype.js';
 import { fromNestedArray, toNestedArray } from '../../../src/tensor/nested.js';
 import { decodeNpy, encodeNpy, encodeNpyHeader, encodeNpyParts } from '../../../src/tensor/npy.js';
 import { makeTensor } from '../../../src/tensor/tensor.js';
-import { numpySkip, runPython, SAMPLES, throwsCode, withTempDir } from './helpers.js';
+import { SAMPLES, throwsCode } from './helpers.js';
+import { numpySkip, runPython, withTempDir } from './python.js';
+
+const NUMPY_SKIP = numpySkip();
 
 const NPY_DTYPES = DTYPES.filter((d) => d !== 'bfloat16');
 
@@ -162,7 +165,7 @@ np.save('uint16.npy', np.arange(3, dtype=np.uint16))
 print(json.dumps(expect))
 `;
 
-test('files written by numpy decode to the same values', { skip: numpySkip }, () => {
+test('files written by numpy decode to the same values', { skip: NUMPY_SKIP }, () => {
   withTempDir((dir) => {
     const expect = JSON.parse(runPython(PY_WRITE, dir)) as Record<string, unknown>;
     for (const dtype of NPY_DTYPES) {
@@ -217,7 +220,7 @@ for name in sys.argv[1:]:
 print(json.dumps(out))
 `;
 
-test('numpy loads what encodeNpy writes', { skip: numpySkip }, () => {
+test('numpy loads what encodeNpy writes', { skip: NUMPY_SKIP }, () => {
   withTempDir((dir) => {
     const written: Record<string, { dtype: DType; value: unknown }> = {};
     for (const dtype of NPY_DTYPES) {

@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { DTYPES, dtypeSize } from '../../../src/tensor/dtype.js';
 import { fromNestedArray, toNestedArray } from '../../../src/tensor/nested.js';
 import { decodeSafetensors, encodeSafetensors } from '../../../src/tensor/safetensors.js';
 import { makeTensor } from '../../../src/tensor/tensor.js';
 import { SAMPLES, throwsCode } from './helpers.js';
+import { runPython, safetensorsSkip, withTempDir } from './python.js';
 
 /** A hand-built file: header JSON (padded to 8 bytes with spaces) and data. */
 function file(header: unknown, data: Uint8Array = new Uint8Array(0)): Buffer {
@@ -130,4 +133,60 @@ test('a tensor inside a larger buffer decodes at its own offset', () => {
   const got = decodeSafetensors(outer.subarray(3)).get('x');
   assert.ok(got);
   assert.deepEqual(toNestedArray(got), [1, 2]);
+});
+
+const ST_SKIP = safetensorsSkip();
+
+const PY_ST = `
+import json, numpy as np
+from safetensors.numpy import save_file, load_file
+values = {
+  'float32': [[1.5, -2.25], [3.4028234663852886e38, 0.1]],
+  'float64': [[3.141592653589793, -1e300], [5e-324, 0.0]],
+  'float16': [[1.0, -2.0], [65504.0, 0.0999755859375]],
+  'int8': [[-128, 127], [0, 5]],
+  'uint8': [[0, 255], [1, 2]],
+  'int16': [[-32768, 32767], [0, -1]],
+  'int32': [[-2147483648, 2147483647], [0, 7]],
+  'int64': [[-9007199254740991, 9007199254740991], [0, -1]],
+  'bool': [[True, False], [True, True]],
+}
+save_file({k: np.array(v, dtype=k) for k, v in values.items()}, 'py.safetensors', metadata={'format': 'np'})
+back = {k: {'dtype': str(a.dtype), 'shape': list(a.shape), 'values': a.tolist()} for k, a in load_file('ts.safetensors').items()}
+expect = {k: np.array(v, dtype=k).tolist() for k, v in values.items()}
+print(json.dumps({'expect': expect, 'back': back}))
+`;
+
+test('the reference safetensors package reads what we write, and we read what it writes', { skip: ST_SKIP }, () => {
+  withTempDir((dir) => {
+    const ours = new Map(
+      DTYPES.filter((d) => d !== 'bfloat16').map((dtype) => {
+        const [a, b, c, d] = SAMPLES[dtype];
+        return [
+          dtype,
+          fromNestedArray(
+            [
+              [a, b],
+              [c, d],
+            ],
+            dtype,
+          ),
+        ] as const;
+      }),
+    );
+    writeFileSync(join(dir, 'ts.safetensors'), encodeSafetensors(ours, { format: 'np' }));
+    const out = JSON.parse(runPython(PY_ST, dir)) as {
+      expect: Record<string, unknown>;
+      back: Record<string, { dtype: string; shape: number[]; values: unknown }>;
+    };
+    for (const [dtype, t] of ours) {
+      assert.deepEqual(out.back[dtype], { dtype, shape: [2, 2], values: toNestedArray(t) }, dtype);
+    }
+    const theirs = decodeSafetensors(readFileSync(join(dir, 'py.safetensors')));
+    assert.equal(theirs.size, ours.size);
+    for (const [dtype, t] of theirs) {
+      assert.equal(t.dtype, dtype);
+      assert.deepEqual(toNestedArray(t), out.expect[dtype], dtype);
+    }
+  });
 });

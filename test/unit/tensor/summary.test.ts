@@ -64,7 +64,7 @@ test('many rows are capped and the rest counted', () => {
   const rows = Array.from({ length: 10 }, (_, r) => [0, 0, 0, 0].map((_, c) => (c === r % 4 ? 5 : 0)));
   const s = checked(summarizeTensor(fromNestedArray(rows, 'float32'), { labels: LABELS, topK: 1 }));
   assert.equal(s.top?.length, 8);
-  assert.equal(s.rowsOmitted, 2);
+  assert.equal(s.rows_omitted, 2);
   assert.deepEqual(
     s.top?.map((r) => r.top[0]?.label),
     ['cat', 'dog', 'bird', 'fish', 'cat', 'dog', 'bird', 'fish'],
@@ -75,7 +75,7 @@ test('many rows are capped and the rest counted', () => {
     /^y float32\[10,4\]: top-1 cat \(p=0\.9\d*\); dog .*; bird .*; \.\.\. 7 more rows$/,
   );
   assert.equal(
-    checked(summarizeTensor(fromNestedArray(rows, 'float32'), { labels: LABELS, maxRows: 3 })).rowsOmitted,
+    checked(summarizeTensor(fromNestedArray(rows, 'float32'), { labels: LABELS, maxRows: 3 })).rows_omitted,
     7,
   );
 });
