@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -33,8 +34,10 @@ def stable_hashing() -> None:
 
 
 def write_config(model_dir: Path, config: dict[str, Any]) -> None:
+    """Writes config.json indented, with lists of plain values (shapes, labels) on one line."""
     model_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(config, indent=2) + "\n"
+    text = re.sub(r"\[[^\[\]{}]*\]", lambda m: json.dumps(json.loads(m.group(0))), text)
     (model_dir / "config.json").write_text(text, encoding="utf-8")
 
 

@@ -45,10 +45,21 @@ class Typed(nn.Module):
         return x.to(torch.float64).mean(dim=-1)
 
 
-def config(
-    name: str, description: str, inputs: list, outputs: list, version: dict
-) -> dict[str, Any]:
-    return {
+EAGER = {"format": "eager", "entry": "model:build", "file": "weights.pt"}
+TORCHSCRIPT = {"format": "torchscript", "file": "model.pt"}
+Specs = list[dict[str, Any]]
+
+
+def build(
+    out: Path, name: str, description: str, inputs: Specs, outputs: Specs, module: nn.Module | None
+) -> None:
+    """Writes one fixture: TorchScript of ``module``, or eager from ``model_code/<name>.py``."""
+    version_dir = out / name / "1"
+    if module is None:
+        save_state_dict(install_code(name, version_dir).build(), version_dir / "weights.pt")
+    else:
+        save_torchscript(module, version_dir / "model.pt")
+    config = {
         "name": name,
         "description": description,
         "engine": "torch",
@@ -57,24 +68,9 @@ def config(
         "outputs": outputs,
         "parameters": {"precision": ["fp32"]},
         "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
-        "versions": {"1": version},
+        "versions": {"1": EAGER if module is None else TORCHSCRIPT},
     }
-
-
-EAGER = {"format": "eager", "entry": "model:build", "file": "weights.pt"}
-TORCHSCRIPT = {"format": "torchscript", "file": "model.pt"}
-X4 = [spec("x", "float32", [-1, 4])]
-
-
-def build_eager(out: Path, name: str, description: str) -> None:
-    version_dir = out / name / "1"
-    save_state_dict(install_code(name, version_dir).build(), version_dir / "weights.pt")
-    write_config(out / name, config(name, description, X4, [spec("y", "float32", [-1, 4])], EAGER))
-
-
-def build_torchscript(out: Path, name: str, module: nn.Module, cfg: dict[str, Any]) -> None:
-    save_torchscript(module, out / name / "1" / "model.pt")
-    write_config(out / name, cfg)
+    write_config(out / name, config)
 
 
 def main() -> None:
@@ -82,28 +78,18 @@ def main() -> None:
     parser.add_argument("out_dir", help="model repository folder to write the fixtures into")
     out = Path(parser.parse_args().out_dir)
     stable_hashing()
-    build_eager(out, "sleepy", "Sleeps TENSORGATE_SLEEPY_SECONDS (default 0.5 s), returns x * 2.")
-    build_eager(out, "flaky", "Raises ValueError on negative input, else returns x + 1.")
+    x, y = [spec("x", "float32", [-1, 4])], [spec("y", "float32", [-1, 4])]
+    build(
+        out, "sleepy", "Sleeps TENSORGATE_SLEEPY_SECONDS (default 0.5), returns x * 2.", x, y, None
+    )
+    build(out, "flaky", "Raises ValueError on negative input, else returns x + 1.", x, y, None)
     ab = [spec("a", "float32", [-1, -1]), spec("b", "float32", [-1, -1])]
-    build_torchscript(
-        out, "adder", Adder(),
-        config("adder", "Adds two tensors.", ab, [spec("sum", "float32", [-1, -1])], TORCHSCRIPT),
-    )  # fmt: skip
-    multi_outputs = [
-        spec("scores", "float32", [-1, 4], labels=["a", "b", "c", "d"]),
-        spec("argmax", "int64", [-1]),
-    ]
-    build_torchscript(
-        out, "multi_out", MultiOut(),
-        config("multi_out", "Softmax scores and their argmax.", X4, multi_outputs, TORCHSCRIPT),
-    )  # fmt: skip
-    build_torchscript(
-        out, "typed", Typed(),
-        config(
-            "typed", "Mean of each int64 row, as float64.",
-            [spec("x", "int64", [-1, 3])], [spec("mean", "float64", [-1])], TORCHSCRIPT,
-        ),
-    )  # fmt: skip
+    build(out, "adder", "Adds two tensors.", ab, [spec("sum", "float32", [-1, -1])], Adder())
+    scores = spec("scores", "float32", [-1, 4], labels=["a", "b", "c", "d"])
+    argmax = spec("argmax", "int64", [-1])
+    build(out, "multi_out", "Softmax scores and their argmax.", x, [scores, argmax], MultiOut())
+    ints, mean = [spec("x", "int64", [-1, 3])], [spec("mean", "float64", [-1])]
+    build(out, "typed", "Mean of each int64 row, as float64.", ints, mean, Typed())
     print(f"wrote sleepy, flaky, adder, multi_out, typed to {out.resolve()}")
 
 
