@@ -207,8 +207,10 @@ export class Gateway {
       );
     }
     const pool = this.pools.get(poolKey(config.name, version));
-    if (!pool || pool.state === 'loading') {
-      throw tgError('MODEL_NOT_READY', `${config.name}@${version} is still loading; retry in a few seconds`, {
+    // A pool that is still loading queues the request until it is ready (or fails it with the load
+    // error), so a client that calls right after launching the server gets an answer, not a retry.
+    if (!pool) {
+      throw tgError('MODEL_NOT_READY', `${config.name}@${version} is registered but not loaded; retry shortly`, {
         model: config.name,
         version,
       });
