@@ -70,6 +70,7 @@ export class Gateway {
   readonly registry: Registry;
   readonly store: TensorStore;
   private readonly pools = new Map<string, ModelPool>();
+  private readonly configs = new Map<string, ModelConfig>();
   private readonly engines: Map<string, Engine>;
   private closed = false;
 
@@ -113,34 +114,42 @@ export class Gateway {
   private record(dir: string): { name: string; dir: string; config: ModelConfig } {
     const source = readModelDir(dir);
     this.registry.upsert(source.config.name, source.dir, source.config);
+    this.configs.set(source.config.name, source.config);
     return { name: source.config.name, dir: source.dir, config: source.config };
   }
 
   listModels(): ModelSummaryInfo[] {
-    return this.registry.list().map((m) => this.modelInfo(m.name));
+    return this.registry.names().map((name) => this.modelInfo(name));
   }
 
   modelInfo(name: string): ModelSummaryInfo {
-    const record = this.registry.get(name);
+    const config = this.modelConfig(name);
+    const versions = Object.keys(config.versions).sort((a, b) => Number(a) - Number(b));
     return {
       name,
-      description: record.config.description,
-      default_version: defaultVersion(record.config),
-      versions: record.versions.map((v) => {
-        const pool = this.pools.get(poolKey(name, v.version));
+      description: config.description,
+      default_version: defaultVersion(config),
+      versions: versions.map((version) => {
+        const pool = this.pools.get(poolKey(name, version));
         const info = pool?.loadInfo;
         return {
-          version: v.version,
+          version,
           state: pool?.state ?? 'not_loaded',
           ...(info ? { device: info.device, load_ms: round(info.loadMs), warmup_ms: round(info.warmupMs) } : {}),
-          ...(pool?.error ? { error: pool.error.message } : v.error ? { error: v.error } : {}),
+          ...(pool?.error ? { error: pool.error.message } : {}),
         };
       }),
     };
   }
 
+  /** Configs are cached in memory: the hot path never queries SQLite or re-validates JSON. */
   modelConfig(name: string): ModelConfig {
-    return this.registry.get(name).config;
+    let config = this.configs.get(name);
+    if (!config) {
+      config = this.registry.get(name).config;
+      this.configs.set(name, config);
+    }
+    return config;
   }
 
   async infer(request: InferenceRequest): Promise<InferenceResult> {

@@ -134,6 +134,10 @@ export class Registry {
     return this.db.prepare('SELECT 1 FROM models WHERE name = ?').get(name) !== undefined;
   }
 
+  names(): string[] {
+    return (this.db.prepare('SELECT name FROM models ORDER BY name').all() as { name: string }[]).map((r) => r.name);
+  }
+
   list(): ModelRecord[] {
     const rows = this.db.prepare('SELECT * FROM models ORDER BY name').all() as ModelRow[];
     return rows.map((r) => this.toRecord(r));
