@@ -12,7 +12,8 @@ Standalone (prints one JSON object)::
         --input /tmp/x.npy --iterations 100
 
 With ``--serve`` it loads and warms up once, prints ``{"ready": ...}``, then for every line ``N``
-on stdin runs N timed forwards and prints ``{"ms": [...]}``; run.ts uses this to interleave the
+on stdin runs N timed forwards and prints ``{"ms": [...]}`` (``N GAP_MS`` sleeps GAP_MS before
+each forward, the idle time a served request sees between calls); run.ts uses this to interleave the
 baseline with the MCP scenarios so that drift of the machine hits every scenario alike.
 No third-party packages beyond torch and numpy (which torch needs anyway).
 """
@@ -20,6 +21,7 @@ No third-party packages beyond torch and numpy (which torch needs anyway).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -35,22 +37,25 @@ def load(model_dir: Path, version: str | None) -> tuple[torch.nn.Module, dict]:
     version = version or str(config.get("default_version") or max(config["versions"], key=int))
     entry = config["versions"][version]
     if entry["format"] != "torchscript":
-        raise SystemExit(f"version {version} is {entry['format']}; the baseline loads TorchScript only")
+        raise SystemExit(
+            f"version {version} is {entry['format']}; the baseline loads TorchScript only"
+        )
     threads = int(config.get("resources", {}).get("threads", 1))
     torch.set_num_threads(max(1, threads))
-    try:
+    with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
     model = torch.jit.load(str(model_dir / version / entry["file"]), map_location="cpu")
     model.eval()
     return model, {"version": version, "threads": torch.get_num_threads(), "file": entry["file"]}
 
 
-def timed(model: torch.nn.Module, x: torch.Tensor, n: int) -> list[float]:
+def timed(model: torch.nn.Module, x: torch.Tensor, n: int, gap_ms: float = 0.0) -> list[float]:
+    """n timed forwards, back to back or with ``gap_ms`` of sleep before each (as when served)."""
     out: list[float] = []
     with torch.inference_mode():
         for _ in range(n):
+            if gap_ms > 0:
+                time.sleep(gap_ms / 1000.0)
             t0 = time.perf_counter()
             model(x)
             out.append((time.perf_counter() - t0) * 1000.0)
@@ -59,12 +64,17 @@ def timed(model: torch.nn.Module, x: torch.Tensor, n: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", type=Path, required=True, help="model folder holding config.json")
+    parser.add_argument(
+        "--model-dir", type=Path, required=True, help="model folder holding config.json"
+    )
     parser.add_argument("--version", help="model version (default: the config's default_version)")
     parser.add_argument("--input", type=Path, required=True, help=".npy file with the input tensor")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--serve", action="store_true", help="answer 'N' lines on stdin (used by run.ts)")
+    parser.add_argument("--gap-ms", type=float, default=0.0, help="sleep before each timed forward")
+    parser.add_argument(
+        "--serve", action="store_true", help="answer 'N' lines on stdin (used by run.ts)"
+    )
     args = parser.parse_args()
 
     model, info = load(args.model_dir, args.version)
@@ -77,14 +87,16 @@ def main() -> int:
         dtype=str(x.dtype).replace("torch.", ""),
     )
     if not args.serve:
-        print(json.dumps({**info, "ms": timed(model, x, args.iterations)}))
+        print(json.dumps({**info, "ms": timed(model, x, args.iterations, args.gap_ms)}))
         return 0
     print(json.dumps({"ready": info}), flush=True)
     for line in sys.stdin:
-        n = int(line.strip() or 0)
+        words = line.split()
+        n = int(words[0]) if words else 0
         if n <= 0:
             break
-        print(json.dumps({"ms": timed(model, x, n)}), flush=True)
+        gap_ms = float(words[1]) if len(words) > 1 else 0.0
+        print(json.dumps({"ms": timed(model, x, n, gap_ms)}), flush=True)
     return 0
 
 

@@ -70,6 +70,8 @@ export class McpConnection {
         args: [...nodeFlags, cli, ...common, 'serve', '--stdio'],
         stderr: 'pipe',
         cwd: opts.root,
+        // The SDK passes only a few variables by default; give both servers the same environment.
+        env: process.env as Record<string, string>,
       });
       let conn: McpConnection | undefined;
       transport.stderr?.on('data', (chunk: Buffer) => {
@@ -105,6 +107,20 @@ export class McpConnection {
     return conn;
   }
 
+  /** The SDK's own floor: sdk-echo-server.mjs (McpServer + StdioServerTransport, a no-op `infer`). */
+  static async openSdkEcho(): Promise<McpConnection> {
+    const client = new Client({ name: 'tensorgate-bench', version: '0.0.0' });
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [join(HERE, 'sdk-echo-server.mjs')],
+      stderr: 'inherit',
+    });
+    await client.connect(transport);
+    const conn = new McpConnection('stdio', client, () => client.close());
+    conn.wrap(transport);
+    return conn;
+  }
+
   /** Records when the SDK hands a message to the transport and when the transport delivers one. */
   private wrap(transport: Transport): void {
     const send = transport.send.bind(transport);
@@ -125,8 +141,7 @@ export class McpConnection {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const result = await this.client.callTool({ name: 'list_models', arguments: {} });
-      const models = (result.structuredContent as { models: { name: string; versions: { state: string }[] }[] })
-        .models;
+      const models = (result.structuredContent as { models: { name: string; versions: { state: string }[] }[] }).models;
       const image = models.find((m) => m.name === 'image-classifier');
       if (image && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'not_loaded'))) {
         if (!image.versions.some((v) => v.state === 'ready')) throw new Error('image-classifier failed to load');
@@ -202,12 +217,23 @@ export class EchoConnection {
   }
 }
 
+/** What baseline.py reports once its model is loaded and warm. */
+export interface BaselineInfo {
+  version: string;
+  threads: number;
+  file: string;
+  torch: string;
+  python: string;
+  shape: number[];
+  dtype: string;
+}
+
 /** The Python baseline (baseline.py --serve), loaded and warmed once, run in blocks on demand. */
 export class BaselineProcess {
   private readonly child: ChildProcess;
   private readonly lines: Interface;
   private readonly waiting: ((line: string) => void)[] = [];
-  readonly ready: Promise<Record<string, unknown>>;
+  readonly ready: Promise<BaselineInfo>;
 
   constructor(python: string, modelDir: string, input: string, warmup: number) {
     this.child = spawn(
@@ -220,7 +246,7 @@ export class BaselineProcess {
     const exited = once(this.child, 'exit').then(([code]) => {
       throw new Error(`baseline.py exited with ${code} before it was ready`);
     });
-    this.ready = Promise.race([this.nextLine().then((l) => (JSON.parse(l) as { ready: Record<string, unknown> }).ready), exited]);
+    this.ready = Promise.race([this.nextLine().then((l) => (JSON.parse(l) as { ready: BaselineInfo }).ready), exited]);
     exited.catch(() => {});
   }
 
@@ -228,9 +254,9 @@ export class BaselineProcess {
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  async run(n: number): Promise<Sample[]> {
+  async run(n: number, gapMs = 0): Promise<Sample[]> {
     const line = this.nextLine();
-    this.child.stdin?.write(`${n}\n`);
+    this.child.stdin?.write(`${n} ${gapMs}\n`);
     return (JSON.parse(await line) as { ms: number[] }).ms.map((ms) => ({ ms }));
   }
 

@@ -57,17 +57,27 @@ export function cpuSnapshot(): CpuSnapshot | undefined {
   return { at: performance.now(), totalBusy: totalBusyTicks(), ourBusy: ourBusyTicks() };
 }
 
-/** Share (0..1) of the machine's CPU capacity used by other processes between two snapshots. */
+/** Blocks shorter than this are not judged: /proc counts CPU time in 10 ms ticks. */
+export const MIN_JUDGED_MS = 300;
+
+/**
+ * Share (0..1) of the machine's CPU capacity used by other processes between two snapshots;
+ * undefined when they are too close together for tick-based accounting to mean anything.
+ */
 export function foreignLoad(a: CpuSnapshot | undefined, b: CpuSnapshot | undefined): number | undefined {
-  if (!a || !b || b.at <= a.at) return undefined;
+  if (!a || !b || b.at - a.at < MIN_JUDGED_MS) return undefined;
   const ticksPerMs = 100 / 1000; // USER_HZ is 100 on Linux
-  const capacity = ((b.at - a.at) * ticksPerMs) * cpus().length;
+  const capacity = (b.at - a.at) * ticksPerMs * cpus().length;
   const foreign = b.totalBusy - a.totalBusy - (b.ourBusy - a.ourBusy);
   return Math.max(0, Math.min(1, foreign / capacity));
 }
 
 /** Waits (up to `timeoutMs`) until other processes use less than `threshold` of the CPUs for 2 s. */
-export async function waitForQuiet(timeoutMs: number, threshold: number, log: (s: string) => void): Promise<number | undefined> {
+export async function waitForQuiet(
+  timeoutMs: number,
+  threshold: number,
+  log: (s: string) => void,
+): Promise<number | undefined> {
   if (process.platform !== 'linux' || timeoutMs <= 0) return undefined;
   const deadline = Date.now() + timeoutMs;
   let quietFor = 0;
@@ -81,10 +91,15 @@ export async function waitForQuiet(timeoutMs: number, threshold: number, log: (s
       if (++quietFor >= 2) return last;
     } else {
       quietFor = 0;
-      if (!warned) log(`machine busy (${Math.round((last ?? 0) * 100)}% CPU used by other processes); waiting up to ${Math.round(timeoutMs / 1000)} s`);
+      if (!warned)
+        log(
+          `machine busy (${Math.round((last ?? 0) * 100)}% CPU used by other processes); waiting up to ${Math.round(timeoutMs / 1000)} s`,
+        );
       warned = true;
     }
   }
-  log(`machine still busy (${Math.round((last ?? 0) * 100)}% CPU by others); measuring anyway, see foreign_cpu in the results`);
+  log(
+    `machine still busy (${Math.round((last ?? 0) * 100)}% CPU by others); measuring anyway, see foreign_cpu in the results`,
+  );
   return last;
 }

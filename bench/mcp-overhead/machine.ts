@@ -32,7 +32,10 @@ function packageVersion(root: string, name: string): string {
 function gitCommit(root: string): string {
   try {
     const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'python'], { cwd: root, encoding: 'utf8' });
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'python'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
     return dirty.trim() ? `${sha}+dirty` : sha;
   } catch {
     return 'unknown';
