@@ -24,7 +24,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
 
   if (opts.stdio) {
     // Connect first so the client's initialize is answered while models load; infer says MODEL_NOT_READY until then.
-    const handle = await serveStdio(gateway);
+    const handle = serveStdio(gateway);
     closeTransport = handle.close;
     process.stdin.once('end', () => void shutdown('stdin closed'));
     stderrLogger('MCP over stdio; loading models');
