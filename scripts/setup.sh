@@ -25,7 +25,7 @@ if ((${#apt_packages[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
 fi
-"$PYTHON" -c 'import torch; print(f"torch {torch.__version__} for $("$PYTHON" -V 2>&1)")'
+echo "using torch $("$PYTHON" -c 'import torch; print(torch.__version__)') with $("$PYTHON" -V 2>&1) ($PYTHON)"
 
 step "installing Node packages"
 if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then

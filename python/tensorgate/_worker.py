@@ -91,8 +91,12 @@ class Worker:
         """The answer to one message (None for ``release``, which has none)."""
         op = message.get("op")
         if op == "release":
-            self._release(message)
+            self._release(message.get("offsets"))
             return None
+        # Any message may carry output slots the gateway is done with, so that freeing them
+        # costs no message (and no wake-up) of its own.
+        if "release" in message:
+            self._release(message["release"])
         request_id = message.get("id")
         if not isinstance(request_id, int) or isinstance(request_id, bool):
             log.error("dropped a %r request without an integer id: nothing can match an answer", op)
@@ -198,8 +202,7 @@ class Worker:
             "timings": {"h2d_ms": _ms(t0, t1), "compute_ms": _ms(t1, t2), "d2h_ms": _ms(t2, t3)},
         }
 
-    def _release(self, message: Message) -> None:
-        offsets = message.get("offsets")
+    def _release(self, offsets: object) -> None:
         for offset in offsets if isinstance(offsets, list) else []:
             try:
                 self.arena_out.release(offset)

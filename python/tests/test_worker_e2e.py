@@ -260,3 +260,14 @@ def test_a_corrupt_control_stream_ends_the_worker_with_status_1(spawn):
     worker.sock.sendall(b"\x05\x00\x00\x00{nope")
     assert worker.proc.wait(timeout=30) == 1
     assert "control channel is corrupt" in worker.log()
+
+
+def test_a_request_can_carry_the_release_of_earlier_outputs(spawn, test_models):
+    worker, _ = loaded(spawn, test_models, "adder")
+    a, b = torch.rand(2, 2), torch.rand(2, 2)
+    first = worker.infer({"a": a, "b": b})
+    offset = first["result"]["outputs"][0]["offset"]
+    inputs = [worker.put("a", a), worker.put("b", b)]
+    second = worker.request("infer", inputs=inputs, parameters={}, release=[offset])
+    assert second["ok"], second
+    assert second["result"]["outputs"][0]["offset"] == offset  # freed before the forward ran

@@ -31,6 +31,8 @@ export class TorchInstance implements EngineInstance {
   private arenaIn: InputArena | undefined;
   private arenaOut: OutputArenaReader | undefined;
   private closing = false;
+  /** Output slots already copied out, to be freed by the worker with the next request. */
+  private readonly readOutputs: number[] = [];
   private readonly crashListeners: ((err: Error) => void)[] = [];
 
   constructor(
@@ -96,14 +98,20 @@ export class TorchInstance implements EngineInstance {
         headers.push({ name, dtype: tensor.dtype, shape: tensor.shape, offset, nbytes: tensor.data.byteLength });
       }
       const t1 = performance.now();
-      const raw = await worker.request('infer', { inputs: headers, parameters: { precision: request.precision } });
+      // Output slots read by the previous request are freed by this one's header: no extra message.
+      const release = this.readOutputs.splice(0);
+      const raw = await worker.request('infer', {
+        inputs: headers,
+        parameters: { precision: request.precision },
+        ...(release.length > 0 ? { release } : {}),
+      });
       const t2 = performance.now();
       const result = InferResultSchema.parse(raw);
       const outputs: NamedTensor[] = result.outputs.map((h) => ({
         name: h.name,
         tensor: { dtype: h.dtype, shape: h.shape, data: arenaOut.read(h.offset, h.nbytes) },
       }));
-      worker.notify('release', { offsets: result.outputs.map((h) => h.offset) });
+      for (const h of result.outputs) this.readOutputs.push(h.offset);
       const t3 = performance.now();
       const computeMs = result.timings.compute_ms;
       // Everything that is not the forward pass is the cost of moving data and headers across.

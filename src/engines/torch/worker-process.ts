@@ -126,11 +126,6 @@ export class WorkerProcess {
     });
   }
 
-  /** Fire-and-forget message (no id, no answer), e.g. `release`. */
-  notify(op: string, body: Record<string, unknown>): void {
-    if (!this.exitError) this.channel.write(encodeFrame({ op, ...body }));
-  }
-
   async shutdown(timeoutMs = 5000): Promise<void> {
     if (this.exitError) return;
     const exited = new Promise<void>((res) => this.child.once('exit', () => res()));
