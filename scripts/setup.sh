@@ -35,6 +35,11 @@ fi
 step "building the CLI"
 npm run --silent build
 
+step "building the shared-memory mmap addon"
+# Optional: without it the gateway moves tensor bytes into /dev/shm with positioned fs writes.
+npm run --silent build:native >/dev/null 2>&1 ||
+  echo "mmap addon not built (needs g++, make, python3): arenas fall back to fs writes"
+
 if [[ ! -f models/image-classifier/config.json || ! -f models/tabular-classifier/config.json ]]; then
   step "building the demo models into models/"
   "$PYTHON" scripts/make_demo_models.py models
