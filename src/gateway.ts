@@ -14,6 +14,7 @@ import { type InferenceParameters, parseParameters } from './requests/parameters
 import { ModelPool, type PoolState } from './scheduler/model-pool.js';
 import { TensorStore } from './tensor/store.js';
 import { describeSummary, summarizeTensor, type TensorSummary } from './tensor/summary.js';
+import { numel } from './tensor/tensor.js';
 
 /**
  * The core every adapter (MCP, CLI, later HTTP/OIP v2) talks to: the registry, the running model
@@ -188,7 +189,8 @@ export class Gateway {
       version,
       outputs,
       timings: {
-        decode_ms: round(decodeMs),
+        // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
+        decode_ms: round(decodeMs + response.timings.fillMs),
         queue_ms: round(response.queueMs),
         transfer_ms: round(response.timings.transferMs),
         compute_ms: round(response.timings.computeMs),
@@ -286,11 +288,11 @@ function round(ms: number): number {
 function arrayInputNotes(inputs: ReturnType<typeof decodeInputs>, threshold: number): string[] {
   const notes: string[] = [];
   for (const input of inputs) {
-    const elements = input.tensor.data.byteLength;
-    if (input.form !== 'array' || input.tensor.shape.reduce((a, b) => a * b, 1) <= threshold) continue;
+    const elements = numel(input.tensor.shape);
+    if (input.form !== 'array' || elements <= threshold) continue;
     notes.push(
-      `input "${input.name}" came as a JSON array of ${input.tensor.shape.reduce((a, b) => a * b, 1)} numbers ` +
-        `(${elements} bytes); decoding it took ${round(input.decodeMs)} ms here, plus JSON parsing in transport. ` +
+      `input "${input.name}" came as a JSON array of ${elements} numbers (${input.tensor.byteLength} bytes); ` +
+        `decoding it took ${round(input.decodeMs)} ms here, plus JSON parsing in transport. ` +
         'Send {"b64", "shape"} or {"path"} (or a tensor:// handle) instead: the bytes then cross without per-number parsing.',
     );
   }

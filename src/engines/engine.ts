@@ -1,4 +1,5 @@
 import type { ModelConfig, Precision } from '../registry/model-config.js';
+import type { TensorSource } from '../tensor/source.js';
 import type { Tensor } from '../tensor/tensor.js';
 
 /**
@@ -11,14 +12,22 @@ export interface NamedTensor {
   tensor: Tensor;
 }
 
+/** An input whose bytes the engine writes straight to where its runtime reads them. */
+export interface NamedInput {
+  name: string;
+  tensor: TensorSource;
+}
+
 export interface EngineRequest {
   /** Inputs in the order the model declares them. */
-  inputs: NamedTensor[];
+  inputs: NamedInput[];
   precision: Precision;
 }
 
 /** Milliseconds spent per stage inside the engine, as measured on both sides of the IPC boundary. */
 export interface EngineTimings {
+  /** Decoding or reading input bytes into their destination (deferred from the request decode). */
+  fillMs: number;
   transferMs: number;
   computeMs: number;
 }

@@ -2,14 +2,15 @@ import { readFileSync, realpathSync, statSync } from 'node:fs';
 import { extname, isAbsolute, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { GatewayConfig } from '../config.js';
-import type { NamedTensor } from '../engines/engine.js';
+import type { NamedInput } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorSpec } from '../registry/model-config.js';
-import { fromBase64 } from '../tensor/base64.js';
+import { base64Source } from '../tensor/base64.js';
 import { isDType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
-import { decodeNpy } from '../tensor/npy.js';
+import { npyFileSource } from '../tensor/npy-file.js';
 import { decodeSafetensors } from '../tensor/safetensors.js';
+import { reshapeSource, type TensorSource, tensorSource } from '../tensor/source.js';
 import { TENSOR_URI_PREFIX, type TensorStore } from '../tensor/store.js';
 import type { Tensor } from '../tensor/tensor.js';
 import { TENSOR_INPUT_FORMS } from './inference-request.js';
@@ -22,7 +23,7 @@ import { TENSOR_INPUT_FORMS } from './inference-request.js';
 
 export type InputForm = 'array' | 'b64' | 'path' | 'handle';
 
-export interface DecodedInput extends NamedTensor {
+export interface DecodedInput extends NamedInput {
   form: InputForm;
   decodeMs: number;
 }
@@ -50,18 +51,19 @@ export function decodeInputs(specs: TensorSpec[], inputs: Record<string, unknown
     }
     const start = performance.now();
     const { form, tensor } = decodeOne(spec, inputs[spec.name], ctx);
-    const checked = conformToSpec(spec, tensor);
+    const checked = conformToSpec(spec, namedFill(tensor, spec.name));
     return { name: spec.name, tensor: checked, form, decodeMs: performance.now() - start };
   });
 }
 
-function decodeOne(spec: TensorSpec, value: unknown, ctx: DecodeContext): { form: InputForm; tensor: Tensor } {
+function decodeOne(spec: TensorSpec, value: unknown, ctx: DecodeContext): { form: InputForm; tensor: TensorSource } {
   if (Array.isArray(value) || typeof value === 'number' || typeof value === 'boolean') {
-    return { form: 'array', tensor: fromNestedArray(value, spec.dtype, { maxElements: ctx.config.maxArrayElements }) };
+    const tensor = fromNestedArray(value, spec.dtype, { maxElements: ctx.config.maxArrayElements });
+    return { form: 'array', tensor: tensorSource(tensor) };
   }
   if (typeof value === 'string') {
     return value.startsWith(TENSOR_URI_PREFIX)
-      ? { form: 'handle', tensor: ctx.store.get(value).tensor }
+      ? { form: 'handle', tensor: tensorSource(ctx.store.get(value).tensor) }
       : { form: 'path', tensor: readTensorFile(spec, value, undefined, ctx) };
   }
   if (value !== null && typeof value === 'object') {
@@ -71,14 +73,15 @@ function decodeOne(spec: TensorSpec, value: unknown, ctx: DecodeContext): { form
       const key = typeof obj.key === 'string' ? obj.key : undefined;
       return { form: 'path', tensor: readTensorFile(spec, obj.path, key, ctx) };
     }
-    if (typeof obj.handle === 'string') return { form: 'handle', tensor: ctx.store.get(obj.handle).tensor };
+    if (typeof obj.handle === 'string')
+      return { form: 'handle', tensor: tensorSource(ctx.store.get(obj.handle).tensor) };
   }
   throw tgError('BAD_TENSOR', `input "${spec.name}" has an unrecognised form. ${TENSOR_INPUT_FORMS}`, {
     input: spec.name,
   });
 }
 
-function decodeInline(spec: TensorSpec, obj: Record<string, unknown>, ctx: DecodeContext): Tensor {
+function decodeInline(spec: TensorSpec, obj: Record<string, unknown>, ctx: DecodeContext): TensorSource {
   const dtype = obj.dtype ?? spec.dtype;
   if (typeof dtype !== 'string' || !isDType(dtype)) {
     throw tgError('BAD_TENSOR', `input "${spec.name}": dtype ${JSON.stringify(dtype)} is not a known dtype`, {
@@ -94,13 +97,13 @@ function decodeInline(spec: TensorSpec, obj: Record<string, unknown>, ctx: Decod
     );
   }
   try {
-    return fromBase64(dtype, shape as number[], obj.b64 as string, { maxBytes: ctx.config.maxInputBytes });
+    return base64Source(dtype, shape as number[], obj.b64 as string, { maxBytes: ctx.config.maxInputBytes });
   } catch (err) {
     throw withInputName(err, spec.name);
   }
 }
 
-function readTensorFile(spec: TensorSpec, path: string, key: string | undefined, ctx: DecodeContext): Tensor {
+function readTensorFile(spec: TensorSpec, path: string, key: string | undefined, ctx: DecodeContext): TensorSource {
   const real = resolveAllowedPath(spec.name, path, ctx.config.allowedRoots);
   const size = statSync(real).size;
   if (size > ctx.config.maxInputBytes) {
@@ -110,11 +113,12 @@ function readTensorFile(spec: TensorSpec, path: string, key: string | undefined,
       { input: spec.name, bytes: size, limit: ctx.config.maxInputBytes },
     );
   }
-  const bytes = readFileSync(real);
   const ext = extname(real).toLowerCase();
   try {
-    if (ext === '.npy') return decodeNpy(bytes);
-    if (ext === '.safetensors') return pickSafetensor(spec, decodeSafetensors(bytes), key, path);
+    // .npy: the header is checked now, the data read later straight into shared memory.
+    if (ext === '.npy') return npyFileSource(real, size);
+    if (ext === '.safetensors')
+      return tensorSource(pickSafetensor(spec, decodeSafetensors(readFileSync(real)), key, path));
   } catch (err) {
     throw withInputName(err, spec.name);
   }
@@ -174,7 +178,7 @@ function realRoot(root: string): string {
 }
 
 /** Checks dtype and shape against the declared spec; adds a missing dynamic batch dimension. */
-function conformToSpec(spec: TensorSpec, tensor: Tensor): Tensor {
+function conformToSpec(spec: TensorSpec, tensor: TensorSource): TensorSource {
   if (tensor.dtype !== spec.dtype) {
     throw tgError(
       'DTYPE_MISMATCH',
@@ -192,7 +196,22 @@ function conformToSpec(spec: TensorSpec, tensor: Tensor): Tensor {
       { input: spec.name, expected: spec.shape, got: tensor.shape },
     );
   }
-  return shape === tensor.shape ? tensor : { ...tensor, shape };
+  return shape === tensor.shape ? tensor : reshapeSource(tensor, shape);
+}
+
+/** Errors found only when the bytes are decoded (a stray base64 character) still name the input. */
+function namedFill(source: TensorSource, input: string): TensorSource {
+  if (source.data) return source;
+  return {
+    ...source,
+    fill(target) {
+      try {
+        source.fill(target);
+      } catch (err) {
+        throw withInputName(err, input);
+      }
+    },
+  };
 }
 
 function withInputName(err: unknown, input: string): unknown {

@@ -6,6 +6,7 @@
  */
 import { tgError } from '../errors.js';
 import { type DType, dtypeSize } from './dtype.js';
+import type { TensorSource } from './source.js';
 import { byteLength, checkShape, formatType, makeTensor, numel, type Tensor } from './tensor.js';
 
 const ALPHABET = /^[A-Za-z0-9+/_-]*={0,2}$/;
@@ -44,8 +45,11 @@ export function decodedBase64Length(b64: string): number {
   return Math.floor((chars * 3) / 4);
 }
 
-/** Decodes base64 raw little-endian row-major bytes into a tensor of `dtype` and `shape`. */
-export function fromBase64(dtype: DType, shape: number[], b64: string, opts: FromBase64Options = {}): Tensor {
+/**
+ * Checks that `b64` can hold `dtype[shape]` (length, padding, size limit) without decoding it, and
+ * returns the byte length it decodes to. Characters outside the alphabet are caught when decoding.
+ */
+function checkBase64(dtype: DType, shape: number[], b64: string, opts: FromBase64Options): number {
   checkShape(shape);
   const got = decodedBase64Length(b64);
   if (got < 0) {
@@ -82,11 +86,34 @@ export function fromBase64(dtype: DType, shape: number[], b64: string, opts: Fro
       )
     );
   }
+  return expected;
+}
+
+/** Decodes base64 raw little-endian row-major bytes into a tensor of `dtype` and `shape`. */
+export function fromBase64(dtype: DType, shape: number[], b64: string, opts: FromBase64Options = {}): Tensor {
+  const expected = checkBase64(dtype, shape, b64, opts);
   // Buffer.from skips characters outside the alphabet, so each one shortens the output: a full-length
   // result proves the alphabet at no extra cost (the regular expression costs more than decoding).
   const data = Buffer.from(b64, 'base64');
   if (data.byteLength !== expected) throw alphabetError(b64) ?? badPadding();
   return makeTensor(dtype, shape, data);
+}
+
+/**
+ * Checks `b64` now and decodes it later, straight into the destination (an arena slot), with no
+ * intermediate buffer. A character outside the alphabet is reported when it is decoded.
+ */
+export function base64Source(dtype: DType, shape: number[], b64: string, opts: FromBase64Options = {}): TensorSource {
+  const expected = checkBase64(dtype, shape, b64, opts);
+  return {
+    dtype,
+    shape,
+    byteLength: expected,
+    fill(target) {
+      const out = Buffer.from(target.buffer, target.byteOffset, target.byteLength);
+      if (out.write(b64, 'base64') !== expected) throw alphabetError(b64) ?? badPadding();
+    },
+  };
 }
 
 /** The tensor's bytes as standard base64. */

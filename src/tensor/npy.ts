@@ -54,19 +54,31 @@ function parseShape(header: string): number[] {
   });
 }
 
-/** Reads a `.npy` file; the tensor's data is a view into `bytes`. */
-export function decodeNpy(bytes: Uint8Array): Tensor {
-  if (bytes.byteLength < 10 || !MAGIC.equals(bytes.subarray(0, 6))) {
+/** Where a `.npy` file's data starts and what it holds, from its first bytes. */
+export interface NpyLayout {
+  dtype: DType;
+  shape: number[];
+  dataStart: number;
+  dataBytes: number;
+}
+
+/**
+ * Parses the header at the start of a `.npy` file. `head` holds the file's first bytes (all of
+ * them, or at least the whole header); `fileBytes` is the file's full size, checked against the
+ * header so that a truncated or padded file is refused before any data is read.
+ */
+export function parseNpyLayout(head: Uint8Array, fileBytes: number): NpyLayout {
+  if (head.byteLength < 10 || !MAGIC.equals(head.subarray(0, 6))) {
     throw bad('not a .npy file (no \\x93NUMPY magic at the start); write it with numpy.save');
   }
-  const major = bytes[6] as number;
-  const minor = bytes[7] as number;
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const major = head[6] as number;
+  const minor = head[7] as number;
+  const view = new DataView(head.buffer, head.byteOffset, head.byteLength);
   let start = 10;
   let headerLen: number;
   if (major === 1) {
     headerLen = view.getUint16(8, true);
-  } else if ((major === 2 || major === 3) && bytes.byteLength >= 12) {
+  } else if ((major === 2 || major === 3) && head.byteLength >= 12) {
     start = 12;
     headerLen = view.getUint32(8, true);
   } else {
@@ -75,12 +87,10 @@ export function decodeNpy(bytes: Uint8Array): Tensor {
     });
   }
   const dataStart = start + headerLen;
-  if (dataStart > bytes.byteLength) {
+  if (dataStart > head.byteLength) {
     throw bad(`the header says it is ${headerLen} bytes but the file ends first; the file is truncated`);
   }
-  const header = Buffer.from(bytes.buffer, bytes.byteOffset + start, headerLen).toString(
-    major === 3 ? 'utf8' : 'latin1',
-  );
+  const header = Buffer.from(head.buffer, head.byteOffset + start, headerLen).toString(major === 3 ? 'utf8' : 'latin1');
   const dtype = parseDescr(header);
   if (field(header, 'fortran_order', '(True|False)') !== 'False') {
     throw bad('the array is stored in Fortran (column-major) order; save numpy.ascontiguousarray(arr) instead', {
@@ -89,7 +99,7 @@ export function decodeNpy(bytes: Uint8Array): Tensor {
   }
   const shape = parseShape(header);
   const expected = byteLength(dtype, shape);
-  const got = bytes.byteLength - dataStart;
+  const got = fileBytes - dataStart;
   if (got !== expected) {
     const what = got < expected ? 'the file is truncated' : 'the file has trailing bytes';
     throw bad(`${dtype}[${shape.join(',')}] needs ${expected} data bytes but the file holds ${got}; ${what}`, {
@@ -97,7 +107,13 @@ export function decodeNpy(bytes: Uint8Array): Tensor {
       got,
     });
   }
-  return makeTensor(dtype, shape, bytes.subarray(dataStart, dataStart + expected));
+  return { dtype, shape, dataStart, dataBytes: expected };
+}
+
+/** Reads a `.npy` file; the tensor's data is a view into `bytes`. */
+export function decodeNpy(bytes: Uint8Array): Tensor {
+  const { dtype, shape, dataStart, dataBytes } = parseNpyLayout(bytes, bytes.byteLength);
+  return makeTensor(dtype, shape, bytes.subarray(dataStart, dataStart + dataBytes));
 }
 
 /** The `.npy` header (magic, version, length, dict, padding) for a tensor of this dtype and shape. */

@@ -269,6 +269,12 @@ export function defineMcpSuite(kind: TransportKind): void {
       );
       await expectError(
         client,
+        { model: 'tabular-classifier', inputs: { features: { b64: 'AAAAAAAAAAA*AAAAAAAAAA==', shape: [1, 4] } } },
+        'BAD_TENSOR',
+        /input "features".*base64/,
+      );
+      await expectError(
+        client,
         { model: 'image-classifier', inputs: { image: { path: '/etc/hostname' } } },
         'PATH_NOT_ALLOWED',
         /allowed roots/,

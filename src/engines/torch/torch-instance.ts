@@ -92,10 +92,27 @@ export class TorchInstance implements EngineInstance {
 
     const t0 = performance.now();
     const headers: TensorHeader[] = [];
+    let fillMs = 0;
     try {
       for (const { name, tensor } of request.inputs) {
-        const offset = arenaIn.write(tensor.data);
-        headers.push({ name, dtype: tensor.dtype, shape: tensor.shape, offset, nbytes: tensor.data.byteLength });
+        const header = (offset: number): TensorHeader => ({
+          name,
+          dtype: tensor.dtype,
+          shape: tensor.shape,
+          offset,
+          nbytes: tensor.byteLength,
+        });
+        if (tensor.data) {
+          headers.push(header(arenaIn.write(tensor.data)));
+          continue;
+        }
+        // Decode or read straight into the slot the worker will view: no intermediate buffer.
+        const slot = arenaIn.reserve(tensor.byteLength);
+        headers.push(header(slot.offset)); // before the fill, so that a failed fill is released too
+        const fillStart = performance.now();
+        tensor.fill(slot.view);
+        slot.commit();
+        fillMs += performance.now() - fillStart;
       }
       const t1 = performance.now();
       // Output slots read by the previous request are freed by this one's header: no extra message.
@@ -115,7 +132,10 @@ export class TorchInstance implements EngineInstance {
       const t3 = performance.now();
       const computeMs = result.timings.compute_ms;
       // Everything that is not the forward pass is the cost of moving data and headers across.
-      return { outputs, timings: { computeMs, transferMs: t1 - t0 + (t2 - t1 - computeMs) + (t3 - t2) } };
+      return {
+        outputs,
+        timings: { fillMs, computeMs, transferMs: t1 - t0 - fillMs + (t2 - t1 - computeMs) + (t3 - t2) },
+      };
     } finally {
       for (const h of headers) arenaIn.release(h.offset);
     }

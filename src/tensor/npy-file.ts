@@ -1,0 +1,64 @@
+import { closeSync, openSync, readSync } from 'node:fs';
+import { tgError } from '../errors.js';
+import { parseNpyLayout } from './npy.js';
+import type { TensorSource } from './source.js';
+
+/**
+ * A `.npy` file as a tensor source: the header is read and checked now (dtype, shape, exact file
+ * size), the data is read later, straight into its destination with one read(2). Nothing is
+ * allocated for the data on the gateway side.
+ */
+
+const FIRST_READ = 4096;
+
+export function npyFileSource(path: string, fileBytes: number): TensorSource {
+  const fd = openSync(path, 'r');
+  let layout: ReturnType<typeof parseNpyLayout>;
+  try {
+    let head = readAt(fd, Buffer.allocUnsafe(Math.min(fileBytes, FIRST_READ)), 0);
+    // A header longer than the first read (rare: version 2/3, huge shapes): read up to its end.
+    if (head.byteLength >= 12) {
+      const headerEnd = head[6] === 1 ? 10 + head.readUInt16LE(8) : 12 + head.readUInt32LE(8);
+      if (headerEnd > head.byteLength && headerEnd <= fileBytes) head = readAt(fd, Buffer.allocUnsafe(headerEnd), 0);
+    }
+    layout = parseNpyLayout(head, fileBytes);
+  } finally {
+    closeSync(fd);
+  }
+  const { dtype, shape, dataStart, dataBytes } = layout;
+  return {
+    dtype,
+    shape,
+    byteLength: dataBytes,
+    fill(target) {
+      let fd: number;
+      try {
+        fd = openSync(path, 'r');
+      } catch {
+        throw tgError('FILE_NOT_FOUND', `${path} was removed before it could be read`, { path });
+      }
+      try {
+        const got = readInto(fd, target, dataStart);
+        if (got !== dataBytes) {
+          throw tgError('BAD_TENSOR', `${path} changed while it was read: ${got} of ${dataBytes} data bytes`, { path });
+        }
+      } finally {
+        closeSync(fd);
+      }
+    },
+  };
+}
+
+function readAt(fd: number, buf: Buffer, position: number): Buffer {
+  return buf.subarray(0, readInto(fd, buf, position));
+}
+
+function readInto(fd: number, target: Uint8Array, position: number): number {
+  let done = 0;
+  while (done < target.byteLength) {
+    const n = readSync(fd, target, done, target.byteLength - done, position + done);
+    if (n === 0) break;
+    done += n;
+  }
+  return done;
+}

@@ -1,0 +1,40 @@
+import type { DType } from './dtype.js';
+import type { Tensor } from './tensor.js';
+
+/**
+ * Input tensor bytes that are written straight into their destination once it is known: a
+ * decoded request is validated (dtype, shape, byte length) up front, but base64 text or a .npy
+ * file is only decoded or read when an engine hands over the shared-memory slot that the worker
+ * will read. That saves a copy, and a fresh buffer (page faults, GC) per request.
+ */
+export interface TensorSource {
+  readonly dtype: DType;
+  readonly shape: number[];
+  readonly byteLength: number;
+  /** The bytes, when they are already in memory (arrays, handles, in-memory files). */
+  readonly data?: Uint8Array;
+  /** Writes exactly `byteLength` bytes into `target`; may throw a TensorgateError (bad data, file gone). */
+  fill(target: Uint8Array): void;
+}
+
+/** A source over bytes already in memory. */
+export function tensorSource(t: Tensor): TensorSource {
+  return {
+    dtype: t.dtype,
+    shape: t.shape,
+    byteLength: t.data.byteLength,
+    data: t.data,
+    fill: (target) => target.set(t.data),
+  };
+}
+
+/** Same bytes, another shape of the same element count (e.g. with a batch dimension added). */
+export function reshapeSource(source: TensorSource, shape: number[]): TensorSource {
+  return {
+    dtype: source.dtype,
+    shape,
+    byteLength: source.byteLength,
+    ...(source.data ? { data: source.data } : {}),
+    fill: (target) => source.fill(target),
+  };
+}

@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { base64Source } from '../../../src/tensor/base64.js';
+import { encodeNpy } from '../../../src/tensor/npy.js';
+import { npyFileSource } from '../../../src/tensor/npy-file.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'tg-src-'));
+const values = new Float32Array([1.5, -2, 3.25, 4]);
+const tensor = { dtype: 'float32' as const, shape: [2, 2], data: new Uint8Array(values.buffer) };
+
+test('a .npy source checks the header now and reads the data into the target later', () => {
+  const path = join(dir, 'x.npy');
+  const npy = encodeNpy(tensor);
+  writeFileSync(path, npy);
+  const source = npyFileSource(path, npy.byteLength);
+  assert.deepEqual([source.dtype, source.shape, source.byteLength, source.data], ['float32', [2, 2], 16, undefined]);
+  const target = new Uint8Array(32).fill(7);
+  source.fill(target.subarray(8, 24));
+  assert.deepEqual([...new Float32Array(target.slice(8, 24).buffer)], [...values]);
+  assert.equal(target[7], 7, 'nothing written outside the target');
+  rmSync(path);
+  assert.throws(() => source.fill(new Uint8Array(16)), { code: 'FILE_NOT_FOUND' });
+});
+
+test('a .npy header longer than the first read (version 2.0) is read whole', () => {
+  const path = join(dir, 'long.npy');
+  const dict = `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }`.padEnd(6000 - 13, ' ');
+  const header = Buffer.alloc(12);
+  Buffer.from('\x93NUMPY', 'latin1').copy(header);
+  header[6] = 2;
+  header[7] = 0;
+  header.writeUInt32LE(dict.length + 1, 8);
+  const file = Buffer.concat([header, Buffer.from(`${dict}\n`, 'latin1'), Buffer.from(values.buffer)]);
+  writeFileSync(path, file);
+  const target = new Uint8Array(16);
+  npyFileSource(path, file.byteLength).fill(target);
+  assert.deepEqual([...new Float32Array(target.buffer)], [...values]);
+});
+
+test('a truncated .npy file is refused before any data is read', () => {
+  const path = join(dir, 'short.npy');
+  const npy = encodeNpy(tensor).subarray(0, -4);
+  writeFileSync(path, npy);
+  assert.throws(() => npyFileSource(path, npy.byteLength), { code: 'BAD_TENSOR', message: /truncated/ });
+});
+
+test('a base64 source is length-checked now and reports a stray character when decoded', () => {
+  const good = Buffer.from(values.buffer).toString('base64');
+  const target = new Uint8Array(16);
+  base64Source('float32', [2, 2], good).fill(target);
+  assert.deepEqual([...new Float32Array(target.buffer)], [...values]);
+  assert.throws(() => base64Source('float32', [2, 3], good), { code: 'BYTE_LENGTH_MISMATCH' });
+  const bad = `${good.slice(0, 5)}*${good.slice(6)}`;
+  const source = base64Source('float32', [2, 2], bad);
+  assert.throws(() => source.fill(new Uint8Array(16)), { code: 'BAD_TENSOR', message: /base64/ });
+});
