@@ -208,6 +208,21 @@ export function defineMcpSuite(kind: TransportKind): void {
       assert.match(raw.content[0]?.text ?? '', /JSON array/);
     });
 
+    it('runs at a lower precision the model offers (bf16 autocast), close to fp32', async () => {
+      const result = await infer(client, {
+        model: 'image-classifier',
+        inputs: { image: { path: join(dir, 'image.npy') } },
+        parameters: { precision: 'bf16' },
+      });
+      assert.equal(result.outputs[0]?.dtype, 'float32', 'outputs keep their declared dtype');
+      const got = await readTensor(client, result.outputs[0]?.uri as string);
+      const expected = readNpy(join(dir, 'ref1-logits.npy'));
+      const scale = Math.max(...expected.map(Math.abs));
+      const worst = Math.max(...got.map((v, i) => Math.abs(v - (expected[i] as number))));
+      assert.ok(worst > 0, 'bf16 really ran (results differ from fp32)');
+      assert.ok(worst <= 0.1 * scale, `bf16 logits within 10% of the fp32 range: off by ${worst}, range ${scale}`);
+    });
+
     it('serves an eager (module:factory + state_dict) version next to the TorchScript one', async () => {
       const result = await infer(client, {
         model: 'image-classifier',

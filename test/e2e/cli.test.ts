@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { ensureTestModels, ROOT } from '../helpers/models.js';
+
+/** The `tensorgate` command line as a user runs it: register, models, infer, with real workers. */
+
+const run = promisify(execFile);
+const CLI = join(ROOT, 'bin', 'tensorgate.js');
+
+describe('tensorgate CLI', { timeout: 300_000 }, () => {
+  let models: string;
+  let global: string[];
+
+  before(() => {
+    models = ensureTestModels();
+    const work = mkdtempSync(join(tmpdir(), 'tg-cli-'));
+    global = ['--registry', join(work, 'registry.db'), '--models', join(work, 'empty'), '--allow-root', ROOT];
+  });
+
+  const tg = (...args: string[]) => run(process.execPath, [CLI, ...global, ...args], { cwd: ROOT });
+
+  it('prints help that names every command', async () => {
+    const { stdout } = await tg('--help');
+    for (const command of ['serve', 'register', 'models', 'infer'])
+      assert.match(stdout, new RegExp(`\\b${command}\\b`));
+  });
+
+  it('registers a model after loading and warming it, and lists it', async () => {
+    const { stdout, stderr } = await tg('register', join(models, 'tabular-classifier'));
+    assert.match(stdout, /^tabular-classifier@1: ready \(load [\d.]+ ms, warm-up [\d.]+ ms on cpu\)$/m);
+    assert.match(stderr, /loading tabular-classifier@1/, 'progress goes to stderr');
+    const listed = await tg('models');
+    assert.match(listed.stdout, /tabular-classifier\s+v1\* ready/);
+    const json = JSON.parse((await tg('models', '--json')).stdout) as { name: string }[];
+    assert.deepEqual(
+      json.map((m) => m.name),
+      ['tabular-classifier'],
+    );
+  });
+
+  it('runs a registered model once and prints the labelled result and stage timings', async () => {
+    const { stdout } = await tg('infer', 'tabular-classifier', '-i', 'features=[[5.0,3.4,1.5,0.2]]');
+    assert.match(stdout, /^probabilities float32\[1,3\]: top-1 \w+/m);
+    assert.match(stdout, /timings ms: total [\d.]+ \(decode [\d.]+, queue [\d.]+, transfer [\d.]+, compute [\d.]+/);
+    const { stdout: json } = await tg('infer', 'tabular-classifier', '-i', 'features=[[5.0,3.4,1.5,0.2]]', '--json');
+    assert.deepEqual(JSON.parse(json).outputs[0].shape, [1, 3]);
+  });
+
+  it('fails with the error code and a non-zero status on bad input', async () => {
+    await assert.rejects(
+      tg('infer', 'tabular-classifier', '-i', 'features=[[1,2,3]]'),
+      (err: Error & { code?: number; stderr?: string }) => {
+        assert.equal(err.code, 1);
+        assert.match(err.stderr ?? '', /tensorgate: SHAPE_MISMATCH: input "features"/);
+        return true;
+      },
+    );
+    await assert.rejects(tg('register', join(models, 'nope')), (err: Error & { stderr?: string }) => {
+      assert.match(err.stderr ?? '', /INVALID_CONFIG: .*config\.json/);
+      return true;
+    });
+  });
+});
