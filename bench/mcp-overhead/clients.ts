@@ -5,21 +5,13 @@ import { performance } from 'node:perf_hooks';
 import { createInterface, type Interface } from 'node:readline';
 import { Client, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import type { StageTimings } from '../../src/gateway.js';
 
 /**
  * The processes a benchmark talks to: the tensorgate server over MCP (stdio or Streamable HTTP,
  * the official client, nothing mocked), the bare JSON-RPC echo child, and the Python baseline.
  * Each one answers `call()` with the client-side time and, for MCP, where inside the call it went.
  */
-
-export interface StageTimings {
-  decode_ms: number;
-  queue_ms: number;
-  transfer_ms: number;
-  compute_ms: number;
-  encode_ms: number;
-  total_ms: number;
-}
 
 /** One timed call. `client` splits the wall time at the transport boundary (see wrapTransport). */
 export interface Sample {

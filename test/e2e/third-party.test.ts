@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { stripVTControlCharacters } from 'node:util';
+import { waitForUrl } from '../helpers/mcp.js';
 import { ensureTestModels, ROOT } from '../helpers/models.js';
 
 /**
@@ -94,19 +95,6 @@ function run(command: string, args: string[], timeoutMs: number, env: NodeJS.Pro
 
 const show = (r: Ran): string =>
   `exit ${r.code ?? r.signal}\n--- stdout ---\n${r.stdout.slice(-6000)}\n--- stderr ---\n${r.stderr.slice(-3000)}`;
-
-function waitForUrl(child: ChildProcess): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let seen = '';
-    child.stderr?.setEncoding('utf8');
-    child.stderr?.on('data', (chunk: string) => {
-      seen += chunk;
-      const match = /(http:\/\/[\d.]+:\d+\/mcp)/.exec(seen);
-      if (match) resolve(match[1] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`serve exited with ${code}: ${seen}`)));
-  });
-}
 
 interface Check {
   id: string;

@@ -56,7 +56,8 @@ export async function connect(kind: TransportKind, readyTimeoutMs = 120_000): Pr
   return { client, workDir, url, close };
 }
 
-function waitForUrl(child: ChildProcess): Promise<string> {
+/** Resolves with the MCP URL that `serve --http` prints on stderr once it listens. */
+export function waitForUrl(child: ChildProcess): Promise<string> {
   return new Promise((resolve, reject) => {
     let seen = '';
     child.stderr?.setEncoding('utf8');
