@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
+import { renderShmMap } from './shm-map/render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -34,7 +35,7 @@ export interface ResultFile {
 }
 
 type Renderer = (runs: ResultFile[]) => string;
-const RENDERERS: Record<string, Renderer> = { 'mcp-overhead': renderMcpOverhead };
+const RENDERERS: Record<string, Renderer> = { 'mcp-overhead': renderMcpOverhead, 'shm-map': renderShmMap };
 
 function loadResults(dir: string): ResultFile[] {
   if (!existsSync(dir)) return [];
@@ -69,9 +70,10 @@ function main(): void {
     'baseline in the same run and prints the ratios. To refresh this page:',
     '',
     '```sh',
-    'npm run build',
+    'npm run build && npm run build:native',
     'node --import tsx bench/mcp-overhead/run.ts            # about 1-2 minutes on 2 cores',
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
+    'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

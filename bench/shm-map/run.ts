@@ -3,30 +3,54 @@
  * arena slot, by today's route (decode or read into a fresh Buffer, then a positioned writeSync
  * into the /dev/shm file) against filling the mapped slot in place (native/shm_map.c).
  *
- *   node --import tsx bench/shm-map/run.ts [--ops 2000] [--rounds 5] [--json FILE]
+ *   node --import tsx bench/shm-map/run.ts [--ops 2000] [--rounds 5] [--out FILE]
  *
  * Scenarios run interleaved in rounds, so that drift of the machine hits all alike. Per op: the
  * mean and percentiles of its wall time; minor page faults (process.resourceUsage: a fresh 600 KB
  * Buffer is fresh pages, faulted in one by one); GCs and GC pause time over the timed run
  * (v8.GCProfiler); and the ArrayBuffer bytes one op allocates, from process.memoryUsage() deltas
  * over a few ops right after a full GC (arrayBuffers counts backing stores Node allocated;
- * external also counts V8's external memory). Results go to stdout (and --json FILE), not to
- * bench/results/, which bench/report.ts renders.
+ * external also counts V8's external memory). The table goes to stdout and the results to
+ * bench/results/shm-map-<time>.json (or --out FILE); `node --import tsx bench/report.ts` turns
+ * them into docs/benchmarks.md, with each scenario's ratio against today's fs path for the same
+ * input form (b64/fs or npy/fs), measured in the same run.
  */
-import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GCProfiler, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { arenaPath, InputArena } from '../../src/engines/torch/arena.js';
 import { shmMapAvailable, shmMapUnavailableReason } from '../../src/engines/torch/shm-map.js';
 import { encodeNpyHeader } from '../../src/tensor/npy.js';
+import { machineInfo } from '../mcp-overhead/machine.js';
+import { round } from '../mcp-overhead/stats.js';
+import type { ShmMapResult, ShmMapRow, ShmMapScenarioId } from './results.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const t0 = performance.now();
+// Taken before the run, so that its load average says how busy the machine was beforehand.
+const machine = machineInfo(ROOT);
 
 const { values: opts } = parseArgs({
   options: {
     ops: { type: 'string', default: '2000' },
     rounds: { type: 'string', default: '5' },
+    out: { type: 'string' },
+    /** Older name of --out. */
     json: { type: 'string' },
   },
 });
@@ -34,6 +58,7 @@ const OPS = Number(opts.ops);
 const ROUNDS = Number(opts.rounds);
 const SHAPE = [1, 3, 224, 224];
 const NBYTES = 3 * 224 * 224 * 4;
+const WARMUP = 50;
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -73,6 +98,7 @@ function readNpyInto(into: Buffer): void {
 }
 
 interface Scenario {
+  id: ShmMapScenarioId;
   name: string;
   what: string;
   arena?: InputArena;
@@ -81,6 +107,7 @@ interface Scenario {
 
 const scenarios: Scenario[] = [
   {
+    id: 'b64/decode-only',
     name: 'b64/decode-only',
     what: 'Buffer.from(b64, base64) alone, no arena (the floor of the decode)',
     op: () => {
@@ -88,12 +115,14 @@ const scenarios: Scenario[] = [
     },
   },
   {
+    id: 'b64/fs',
     name: 'b64/fs (a, today)',
     arena: fsArena,
     what: 'Buffer.from(b64, base64) + arena.write (positioned writeSync)',
     op: () => fsArena.release(fsArena.write(Buffer.from(b64, 'base64'))),
   },
   {
+    id: 'b64/fs-reserve',
     name: 'b64/fs reserve',
     arena: fsArena,
     what: 'fallback reserve(): view.write(b64) into a scratch Buffer + commit() (writeSync)',
@@ -105,6 +134,7 @@ const scenarios: Scenario[] = [
     },
   },
   {
+    id: 'npy/fs',
     name: 'npy/fs (c, today)',
     arena: fsArena,
     what: 'readFileSync(npy) + arena.write of the data section (writeSync)',
@@ -114,6 +144,7 @@ const scenarios: Scenario[] = [
 if (mapArena) {
   scenarios.push(
     {
+      id: 'b64/mmap',
       name: 'b64/mmap (b)',
       arena: mapArena,
       what: 'mapped reserve(): view.write(b64, base64) straight into the slot',
@@ -125,12 +156,14 @@ if (mapArena) {
       },
     },
     {
+      id: 'b64/mmap-write',
       name: 'b64/mmap write()',
       arena: mapArena,
       what: 'Buffer.from(b64, base64) + mapped arena.write (memcpy into the map)',
       op: () => mapArena.release(mapArena.write(Buffer.from(b64, 'base64'))),
     },
     {
+      id: 'npy/mmap',
       name: 'npy/mmap (c)',
       arena: mapArena,
       what: 'mapped reserve(): open + readSync(fd, view) straight into the slot + close',
@@ -181,7 +214,7 @@ interface Tally {
   minorFaults: number;
 }
 const tallies = new Map<string, Tally>(scenarios.map((s) => [s.name, { times: [], gcs: 0, gcMs: 0, minorFaults: 0 }]));
-for (const s of scenarios) for (let i = 0; i < 50; i++) s.op(); // warm-up
+for (const s of scenarios) for (let i = 0; i < WARMUP; i++) s.op();
 const allocations = new Map(scenarios.map((s) => [s.name, allocationPerOp(s)]));
 
 const perRound = Math.ceil(OPS / ROUNDS);
@@ -208,23 +241,39 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
 }
 
-const rows = scenarios.map((s) => {
-  const t = tallies.get(s.name) as Tally;
-  const sorted = [...t.times].sort((a, b) => a - b);
-  const mean = t.times.reduce((x, y) => x + y, 0) / t.times.length;
+const stats = new Map(
+  scenarios.map((s) => {
+    const t = tallies.get(s.name) as Tally;
+    const sorted = [...t.times].sort((a, b) => a - b);
+    const mean = t.times.reduce((x, y) => x + y, 0) / t.times.length;
+    return [s.id, { t, mean, p50: percentile(sorted, 50), p99: percentile(sorted, 99) }];
+  }),
+);
+
+const rows: ShmMapRow[] = scenarios.map((s) => {
+  const { t, mean, p50, p99 } = stats.get(s.id) as NonNullable<ReturnType<typeof stats.get>>;
+  const input = s.id.startsWith('npy/') ? 'npy' : 'b64';
+  const baseline: ShmMapScenarioId = input === 'npy' ? 'npy/fs' : 'b64/fs';
+  const base = stats.get(baseline);
   const alloc = allocations.get(s.name) as { arrayBuffers: number; external: number };
   return {
+    id: s.id,
     scenario: s.name,
     what: s.what,
+    input,
+    arena: s.arena === undefined ? 'none' : s.arena.mapped ? 'mmap' : 'fs',
+    baseline,
     ops: t.times.length,
-    mean_us: mean,
-    p50_us: percentile(sorted, 50),
-    p99_us: percentile(sorted, 99),
-    minor_faults_per_op: t.minorFaults / t.times.length,
+    mean_us: round(mean, 2),
+    p50_us: round(p50, 2),
+    p99_us: round(p99, 2),
+    p50_vs_baseline: base ? round(p50 / base.p50) : Number.NaN,
+    mean_vs_baseline: base ? round(mean / base.mean) : Number.NaN,
+    minor_faults_per_op: round(t.minorFaults / t.times.length, 2),
     gcs: t.gcs,
-    gc_ms: t.gcMs,
-    array_buffer_bytes_per_op: alloc.arrayBuffers,
-    external_bytes_per_op: alloc.external,
+    gc_ms: round(t.gcMs, 2),
+    array_buffer_bytes_per_op: Math.round(alloc.arrayBuffers),
+    external_bytes_per_op: Math.round(alloc.external),
   };
 });
 
@@ -232,15 +281,47 @@ const fmt = (n: number, d = 1) => n.toFixed(d);
 const lines = [
   `payload: float32${JSON.stringify(SHAPE)} = ${NBYTES} bytes, ${b64.length} base64 characters; ${rows[0]?.ops} ops each in ${ROUNDS} rounds; ${process.version}`,
   '',
-  '| scenario | what | mean µs | p50 µs | p99 µs | page faults/op | GCs | GC ms | ArrayBuffer B/op | external B/op |',
-  '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  '| scenario | what | mean µs | p50 µs | p99 µs | p50 vs today | page faults/op | GCs | GC ms | ArrayBuffer B/op | external B/op |',
+  '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ...rows.map(
     (r) =>
-      `| \`${r.scenario}\` | ${r.what} | ${fmt(r.mean_us)} | ${fmt(r.p50_us)} | ${fmt(r.p99_us)} | ${fmt(r.minor_faults_per_op)} | ${r.gcs} | ${fmt(r.gc_ms)} | ${fmt(r.array_buffer_bytes_per_op, 0)} | ${fmt(r.external_bytes_per_op, 0)} |`,
+      `| \`${r.scenario}\` | ${r.what} | ${fmt(r.mean_us)} | ${fmt(r.p50_us)} | ${fmt(r.p99_us)} | ${fmt(r.p50_vs_baseline, 2)}x | ${fmt(r.minor_faults_per_op)} | ${r.gcs} | ${fmt(r.gc_ms)} | ${fmt(r.array_buffer_bytes_per_op, 0)} | ${fmt(r.external_bytes_per_op, 0)} |`,
   ),
+  '',
+  'p50 vs today: against b64/fs (a) for b64 rows, npy/fs (c) for npy rows.',
 ];
 process.stdout.write(`${lines.join('\n')}\n`);
-if (opts.json) writeFileSync(opts.json, `${JSON.stringify({ benchmark: 'shm-map', nbytes: NBYTES, rows }, null, 2)}\n`);
+
+const result: ShmMapResult = {
+  benchmark: 'shm-map',
+  date: new Date().toISOString(),
+  profiled: false,
+  machine,
+  config: {
+    shape: SHAPE,
+    dtype: 'float32',
+    nbytes: NBYTES,
+    b64_chars: b64.length,
+    ops: rows[0]?.ops ?? 0,
+    rounds: ROUNDS,
+    warmup: WARMUP,
+    mapped,
+    mmap_unavailable_reason: mapped ? null : (shmMapUnavailableReason() ?? 'unknown'),
+    wall_s: round((performance.now() - t0) / 1000, 1),
+  },
+  rows,
+};
+const outOpt = opts.out ?? opts.json;
+let out: string;
+if (outOpt) {
+  out = resolve(outOpt);
+} else {
+  const resultsDir = join(ROOT, 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  out = join(resultsDir, `shm-map-${result.date.replace(/[:.]/g, '-')}.json`);
+}
+writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+process.stderr.write(`wrote ${out}\n`);
 
 fsArena.close();
 mapArena?.close();
