@@ -3,6 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { GatewayConfig } from './config.js';
 import type { Engine } from './engines/engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
+import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
 import { asTensorgateError, tgError } from './errors.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
@@ -81,6 +82,8 @@ export class Gateway {
   ) {
     const removed = sweepStaleArenas();
     if (removed.length > 0) log(`removed ${removed.length} stale shared-memory arenas`);
+    const unmapped = shmMapUnavailableReason();
+    if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`);
     this.registry = new Registry(config.registryPath);
     this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
     this.engines = new Map([['torch', new TorchEngine({ onLog: log })]]);
