@@ -19,6 +19,8 @@ export interface GatewayConfig {
   maxQueue: number;
   /** Inputs with more JSON-array elements than this get a hint to use b64 or a path. */
   arrayHintElements: number;
+  /** Largest MCP request body accepted over HTTP (inline b64 or arrays); larger ones get 413. */
+  maxHttpBodyBytes: number;
 }
 
 export function defaultConfig(cwd = process.cwd()): GatewayConfig {
@@ -32,5 +34,6 @@ export function defaultConfig(cwd = process.cwd()): GatewayConfig {
     storeTtlMs: 10 * 60 * 1000,
     maxQueue: 256,
     arrayHintElements: 1024,
+    maxHttpBodyBytes: 64 * 1024 * 1024,
   };
 }

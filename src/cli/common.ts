@@ -8,8 +8,8 @@ export interface GlobalOptions {
   allowRoot: string[];
 }
 
-export function configFrom(opts: GlobalOptions): GatewayConfig {
-  const config = defaultConfig();
+export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}): GatewayConfig {
+  const config = { ...defaultConfig(), ...overrides };
   config.modelsDir = resolve(opts.models);
   config.registryPath = resolve(opts.registry);
   if (opts.allowRoot.length > 0) config.allowedRoots = opts.allowRoot.map((r) => resolve(r));
@@ -23,6 +23,6 @@ export function stderrLogger(line: string): void {
   process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${line}\n`);
 }
 
-export function openGateway(opts: GlobalOptions, log = stderrLogger): Gateway {
-  return new Gateway(configFrom(opts), log);
+export function openGateway(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}, log = stderrLogger): Gateway {
+  return new Gateway(configFrom(opts, overrides), log);
 }

@@ -13,6 +13,12 @@ function port(value: string): number {
   return n;
 }
 
+function positive(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('a positive number');
+  return n;
+}
+
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
 }
@@ -31,6 +37,7 @@ program
   .option('--stdio', 'serve MCP over stdin/stdout (for Claude Desktop, Claude Code, Cursor)')
   .option('--http <port>', 'serve MCP Streamable HTTP at http://HOST:PORT/mcp', port)
   .option('--host <host>', 'address to bind for --http', '127.0.0.1')
+  .option('--max-body-mb <n>', 'largest MCP request over HTTP, in MiB (inline tensors)', positive, 64)
   .addHelpText('after', '\nWith neither --stdio nor --http, serves HTTP on port 8765.')
   .action((opts) => runServe(program.opts(), opts));
 

@@ -6,12 +6,13 @@ export interface ServeOptions {
   stdio?: boolean;
   http?: number;
   host: string;
+  maxBodyMb: number;
 }
 
 export const DEFAULT_HTTP_PORT = 8765;
 
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
-  const gateway = openGateway(global);
+  const gateway = openGateway(global, { maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024) });
   let closeTransport: () => Promise<void> = async () => {};
   const shutdown = async (signal: string) => {
     stderrLogger(`${signal}: stopping`);

@@ -17,7 +17,15 @@ export interface HttpServerHandle {
 }
 
 export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.1'): Promise<HttpServerHandle> {
-  const handler = toNodeHandler(createMcpHandler(() => createMcpServer(gateway)));
+  // The SDK's default body cap (4 MiB, applied by the node adapter and by the handler) is below
+  // one inline 3x512x512 float32 image in base64.
+  const maxRequestBodySize = gateway.config.maxHttpBodyBytes;
+  const handler = toNodeHandler(
+    createMcpHandler(() => createMcpServer(gateway), { maxRequestBodySize }),
+    {
+      maxRequestBodySize,
+    },
+  );
   const validateHost = localhostHostValidation();
   const validateOrigin = localhostOriginValidation();
   const server = createServer((req, res) => {

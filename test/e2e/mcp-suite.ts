@@ -245,6 +245,24 @@ export function defineMcpSuite(kind: TransportKind): void {
       assert.equal(resourceLinks.length, 1);
     });
 
+    it('takes inline tensors of several MB (past the SDK default 4 MiB HTTP body cap)', async () => {
+      const rows = 1024;
+      const cols = 1100; // 4.5 MB per float32 input, 12 MB of base64 in one request
+      const a = new Float32Array(rows * cols).map((_, i) => i % 97);
+      const b = new Float32Array(rows * cols).fill(0.5);
+      const b64 = (x: Float32Array) => Buffer.from(x.buffer).toString('base64');
+      const result = await infer(client, {
+        model: 'adder',
+        inputs: { a: { b64: b64(a), shape: [rows, cols] }, b: { b64: b64(b), shape: [rows, cols] } },
+      });
+      assert.deepEqual(result.outputs[0]?.shape, [rows, cols]);
+      const sum = await readTensor(client, result.outputs[0]?.uri as string);
+      assert.deepEqual(
+        [sum[0], sum[96], sum[97], sum[rows * cols - 1]],
+        [0.5, 96.5, 0.5, ((rows * cols - 1) % 97) + 0.5],
+      );
+    });
+
     it('returns several named outputs of different dtypes, and non-float inputs', async () => {
       const multi = await infer(client, { model: 'multi_out', inputs: { x: [[0.5, 2.5, 1.0, -1.0]] } });
       const dtypes = Object.fromEntries(multi.outputs.map((o) => [o.name, o.dtype]));
