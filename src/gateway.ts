@@ -47,6 +47,8 @@ export interface InferenceResult {
   request_id: string;
   model: string;
   version: string;
+  /** Rows in the forward pass that served this request (more than its own when batched). */
+  batch_size: number;
   outputs: OutputResult[];
   timings: StageTimings;
   notes: string[];
@@ -147,6 +149,11 @@ export class Gateway {
   }
 
   /** Configs are cached in memory: the hot path never queries SQLite or re-validates JSON. */
+  /** Queue, instance and batch-size figures of one loaded model version. */
+  poolStats(name: string, version: string): ModelPool['stats'] | undefined {
+    return this.pools.get(poolKey(name, version))?.stats;
+  }
+
   modelConfig(name: string): ModelConfig {
     let config = this.configs.get(name);
     if (!config) {
@@ -190,6 +197,7 @@ export class Gateway {
       request_id: requestId,
       model: config.name,
       version,
+      batch_size: response.batchSize,
       outputs,
       timings: {
         // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.

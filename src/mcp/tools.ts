@@ -44,6 +44,7 @@ const InferOut = z.object({
   request_id: z.string(),
   model: z.string(),
   version: z.string(),
+  batch_size: z.number().int().describe('rows in the forward pass that served this call (more when batched)'),
   outputs: z.array(
     z.object({
       name: z.string(),
@@ -181,6 +182,7 @@ function inferResult(result: InferenceResult): CallToolResult {
       request_id: result.request_id,
       model: result.model,
       version: result.version,
+      batch_size: result.batch_size,
       outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
       timings: result.timings,
       notes: result.notes,

@@ -43,6 +43,24 @@ export const ResourcesSchema = z.object({
   instances: z.number().int().min(1).max(64).default(1),
 });
 
+/**
+ * Dynamic batching, as Triton configures it: concurrent requests with the same non-batch dims are
+ * joined along dimension 0 into one forward pass of at most `max_batch_size` rows. The first
+ * request of a batch waits at most `max_queue_delay_us` for others; a batch that reaches one of
+ * `preferred_batch_sizes` (or the maximum) goes at once.
+ */
+export const BatchingSchema = z
+  .object({
+    max_batch_size: z.number().int().min(1, 'max_batch_size must be at least 1 (leave "batching" out to turn it off)'),
+    max_queue_delay_us: z.number().int().min(0, 'max_queue_delay_us cannot be negative').default(0),
+    preferred_batch_sizes: z.array(z.number().int().min(1)).default([]),
+  })
+  .refine((b) => b.preferred_batch_sizes.every((n) => n <= b.max_batch_size), {
+    message: 'every preferred_batch_sizes entry must be at most max_batch_size',
+    path: ['preferred_batch_sizes'],
+  });
+export type BatchingConfig = z.infer<typeof BatchingSchema>;
+
 export const ModelConfigSchema = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9._-]*$/, 'model names are lower-case: letters, digits, ".", "_", "-"'),
@@ -55,12 +73,30 @@ export const ModelConfigSchema = z
     resources: ResourcesSchema.default({ device: 'cpu', threads: 1, instances: 1 }),
     versions: z.record(z.string().regex(/^\d+$/, 'versions are positive integers'), VersionConfigSchema),
     warmup_runs: z.number().int().min(0).max(100).default(2),
+    batching: BatchingSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
     const versions = Object.keys(cfg.versions);
     if (versions.length === 0) ctx.addIssue({ code: 'custom', message: 'at least one version is needed' });
     if (cfg.default_version !== undefined && !versions.includes(cfg.default_version)) {
       ctx.addIssue({ code: 'custom', message: `default_version "${cfg.default_version}" is not in versions` });
+    }
+    if (cfg.batching) {
+      // Requests are joined and split along dimension 0, so every tensor must have it, dynamic.
+      for (const [kind, specs] of [
+        ['inputs', cfg.inputs],
+        ['outputs', cfg.outputs],
+      ] as const) {
+        specs.forEach((spec, i) => {
+          if (spec.shape[0] !== -1) {
+            ctx.addIssue({
+              code: 'custom',
+              path: [kind, i, 'shape'],
+              message: `batching needs a dynamic batch dimension: ${kind} "${spec.name}" must have shape [-1, ...]`,
+            });
+          }
+        });
+      }
     }
     for (const [kind, specs] of [
       ['input', cfg.inputs],

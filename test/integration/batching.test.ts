@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { defaultConfig } from '../../src/config.js';
+import { Gateway } from '../../src/gateway.js';
+import { toNumbers } from '../../src/tensor/tensor.js';
+import { ensureTestModels } from '../helpers/models.js';
+
+/**
+ * Dynamic batching with real workers: concurrent requests are joined into one forward pass and
+ * every caller gets exactly its own rows back, bit-identical to an unbatched run.
+ */
+
+describe('dynamic batching', { timeout: 300_000 }, () => {
+  let gateway: Gateway;
+  let models: string;
+  let work: string;
+
+  /** Copies a fixture model under a new name with a batching section added. */
+  function withBatching(
+    fixture: string,
+    name: string,
+    batching: Record<string, unknown>,
+    edit?: (c: Record<string, unknown>) => void,
+  ) {
+    const dir = join(work, name);
+    cpSync(join(models, fixture), dir, { recursive: true });
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    config.name = name;
+    config.batching = batching;
+    edit?.(config);
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    return dir;
+  }
+
+  const values = (uri: string) => [...toNumbers(gateway.store.get(uri).tensor)];
+
+  before(async () => {
+    models = ensureTestModels();
+    work = mkdtempSync(join(tmpdir(), 'tg-batch-'));
+    gateway = new Gateway({ ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') });
+    await gateway.register(
+      withBatching('sleepy', 'sleepy-batched', { max_batch_size: 8, max_queue_delay_us: 200_000 }),
+    );
+    await gateway.register(join(models, 'sleepy'));
+    await gateway.register(withBatching('adder', 'adder-batched', { max_batch_size: 16, max_queue_delay_us: 100_000 }));
+    await gateway.register(withBatching('flaky', 'flaky-batched', { max_batch_size: 8, max_queue_delay_us: 100_000 }));
+  });
+
+  after(async () => {
+    await gateway.close();
+  });
+
+  it('joins concurrent requests into one forward pass and gives each caller its own rows', async () => {
+    const inputs = [
+      [[1, 2, 3, 4]],
+      [[5, 6, 7, 8]],
+      [[0.5, -1, 1e-3, 7]],
+      [
+        [9, 9, 9, 9],
+        [10, 11, 12, 13],
+      ],
+      [[-2, -4, 0, 3]],
+    ];
+    const batched = await Promise.all(inputs.map((x) => gateway.infer({ model: 'sleepy-batched', inputs: { x } })));
+    assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.batches, { 6: 1 }, 'one forward pass of 6 rows');
+    for (const result of batched) assert.equal(result.batch_size, 6);
+    // Unbatched reference: the same model without batching, one request at a time.
+    for (const [i, x] of inputs.entries()) {
+      const alone = await gateway.infer({ model: 'sleepy', inputs: { x } });
+      assert.equal(alone.batch_size, x.length);
+      const mine = batched[i]?.outputs[0];
+      assert.deepEqual(mine?.shape, [x.length, 4]);
+      assert.deepEqual(values(mine?.uri as string), values(alone.outputs[0]?.uri as string), `request ${i}`);
+    }
+  });
+
+  it('never joins requests whose non-batch dimensions differ', async () => {
+    const [narrow, wide, narrow2] = await Promise.all([
+      gateway.infer({ model: 'adder-batched', inputs: { a: [[1, 2, 3]], b: [[1, 1, 1]] } }),
+      gateway.infer({ model: 'adder-batched', inputs: { a: [[1, 2, 3, 4, 5]], b: [[1, 1, 1, 1, 1]] } }),
+      gateway.infer({ model: 'adder-batched', inputs: { a: [[7, 8, 9]], b: [[1, 1, 1]] } }),
+    ]);
+    assert.deepEqual(gateway.poolStats('adder-batched', '1')?.batches, { 1: 1, 2: 1 });
+    assert.equal(wide?.batch_size, 1);
+    assert.equal(narrow?.batch_size, 2);
+    assert.deepEqual(values(narrow?.outputs[0]?.uri as string), [2, 3, 4]);
+    assert.deepEqual(values(narrow2?.outputs[0]?.uri as string), [8, 9, 10]);
+    assert.deepEqual(values(wide?.outputs[0]?.uri as string), [2, 3, 4, 5, 6]);
+  });
+
+  it('fails only the request whose data breaks a batch', async () => {
+    const [good, bad, good2] = await Promise.allSettled([
+      gateway.infer({ model: 'flaky-batched', inputs: { x: [[1, 2, 3, 4]] } }),
+      gateway.infer({ model: 'flaky-batched', inputs: { x: [[1, -2, 3, 4]] } }),
+      gateway.infer({ model: 'flaky-batched', inputs: { x: [[0, 0, 0, 0]] } }),
+    ]);
+    assert.equal(bad?.status, 'rejected');
+    assert.equal((bad as PromiseRejectedResult).reason.code, 'INFERENCE_FAILED');
+    assert.equal(good?.status, 'fulfilled');
+    assert.equal(good2?.status, 'fulfilled');
+    assert.deepEqual(
+      values((good as PromiseFulfilledResult<Awaited<ReturnType<Gateway['infer']>>>).value.outputs[0]?.uri as string),
+      [2, 3, 4, 5],
+    );
+    const stats = gateway.poolStats('flaky-batched', '1')?.batches ?? {};
+    assert.equal(stats[1], 2, 'after the failed batch of 3, each good request ran alone');
+  });
+
+  it('rejects invalid batching configs at registration, naming the field', async () => {
+    await assert.rejects(gateway.register(withBatching('sleepy', 'bad-size', { max_batch_size: 0 })), {
+      code: 'INVALID_CONFIG',
+      message: /batching\.max_batch_size: max_batch_size must be at least 1/,
+    });
+    await assert.rejects(
+      gateway.register(withBatching('sleepy', 'bad-delay', { max_batch_size: 4, max_queue_delay_us: -1 })),
+      {
+        message: /batching\.max_queue_delay_us/,
+      },
+    );
+    const fixedBatch = (c: Record<string, unknown>) => {
+      (c.inputs as { shape: number[] }[])[0] = { ...(c.inputs as object[])[0], shape: [2, 4] } as never;
+    };
+    await assert.rejects(gateway.register(withBatching('sleepy', 'bad-dim', { max_batch_size: 4 }, fixedBatch)), {
+      message: /inputs\.0\.shape: batching needs a dynamic batch dimension: inputs "x"/,
+    });
+  });
+});
