@@ -15,8 +15,12 @@ export interface GatewayConfig {
   /** tensor:// store: total bytes kept and how long each output lives. */
   storeMaxBytes: number;
   storeTtlMs: number;
-  /** Requests allowed to wait per model version before QUEUE_FULL. */
+  /** Requests allowed to wait per model version before QUEUE_FULL (a model may set its own). */
   maxQueue: number;
+  /** Per-request timeout when neither the request nor the model sets one. */
+  defaultTimeoutMs: number;
+  /** How long a stopping server lets queued and running requests finish. */
+  shutdownGraceMs: number;
   /** Inputs with more JSON-array elements than this get a hint to use b64 or a path. */
   arrayHintElements: number;
   /** Largest MCP request body accepted over HTTP (inline b64 or arrays); larger ones get 413. */
@@ -33,6 +37,8 @@ export function defaultConfig(cwd = process.cwd()): GatewayConfig {
     storeMaxBytes: 256 * 1024 * 1024,
     storeTtlMs: 10 * 60 * 1000,
     maxQueue: 256,
+    defaultTimeoutMs: 60_000,
+    shutdownGraceMs: 10_000,
     arrayHintElements: 1024,
     maxHttpBodyBytes: 64 * 1024 * 1024,
   };

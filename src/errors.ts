@@ -27,6 +27,12 @@ export const ERROR_CODES = {
   LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },
   INFERENCE_FAILED: { status: 500, summary: 'The model raised an error during the forward pass.' },
   WORKER_CRASHED: { status: 503, summary: 'The worker process serving the model exited; it is restarted.' },
+  TIMEOUT: { status: 504, summary: 'The request did not finish within its timeout.' },
+  CANCELLED: { status: 499, summary: 'The caller cancelled the request (or went away) before it finished.' },
+  MEMORY_BUDGET_EXCEEDED: {
+    status: 507,
+    summary: 'Loading the model would exceed the memory budget and no idle model can be unloaded.',
+  },
   QUEUE_FULL: { status: 429, summary: 'Too many requests are waiting for this model; retry after a short wait.' },
   SHUTTING_DOWN: { status: 503, summary: 'The server is stopping and takes no new requests.' },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },

@@ -57,6 +57,8 @@ export interface InferenceResult {
 export interface VersionStatus {
   version: string;
   state: PoolState | 'not_loaded';
+  /** Live figures: queued and running requests, restarts, forward passes by batch size. */
+  stats?: ModelPool['stats'];
   device?: string;
   load_ms?: number;
   warmup_ms?: number;
@@ -141,6 +143,7 @@ export class Gateway {
         return {
           version,
           state: pool?.state ?? 'not_loaded',
+          ...(pool ? { stats: pool.stats } : {}),
           ...(info ? { device: info.device, load_ms: round(info.loadMs), warmup_ms: round(info.warmupMs) } : {}),
           ...(pool?.error ? { error: pool.error.message } : {}),
         };
@@ -163,7 +166,7 @@ export class Gateway {
     return config;
   }
 
-  async infer(request: InferenceRequest): Promise<InferenceResult> {
+  async infer(request: InferenceRequest, options: { signal?: AbortSignal } = {}): Promise<InferenceResult> {
     if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
     const start = performance.now();
     const requestId = request.request_id ?? randomUUID();
@@ -176,7 +179,11 @@ export class Gateway {
     const inputs = decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store });
     const decodeMs = performance.now() - decodeStart;
 
-    const response = await pool.infer({ inputs, precision: parameters.precision as Precision });
+    const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
+    const response = await pool.infer(
+      { inputs, precision: parameters.precision as Precision },
+      { timeoutMs, signal: options.signal },
+    );
 
     const encodeStart = performance.now();
     const outputs = response.outputs.map(({ name, tensor }) => {
@@ -212,10 +219,14 @@ export class Gateway {
     };
   }
 
-  async close(): Promise<void> {
+  /**
+   * Stops taking requests, lets queued and running ones finish for up to `graceMs` (the rest are
+   * answered SHUTTING_DOWN), stops every worker and removes their shared-memory files.
+   */
+  async close(graceMs = this.config.shutdownGraceMs): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await Promise.allSettled([...this.pools.values()].map((p) => p.close()));
+    await Promise.allSettled([...this.pools.values()].map((p) => p.close(graceMs)));
     this.pools.clear();
     this.registry.close();
   }

@@ -46,6 +46,8 @@ export interface LoadInfo {
 
 export interface EngineInstance {
   readonly label: string;
+  /** The process serving it, when it is one (for monitoring and fault tests). */
+  readonly pid?: number;
   start(): Promise<LoadInfo>;
   infer(request: EngineRequest): Promise<EngineResponse>;
   /** Resolves when the instance died on its own (crash), never when closed on purpose. */

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Gateway, InferenceResult } from '../gateway.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
+import { requestSignal } from './connection-signal.js';
 import { errorResult, jsonResult } from './results.js';
 
 /** The tools an agent sees. Each is a thin mapping onto the Gateway; features live in the core. */
@@ -18,6 +19,16 @@ const TensorSpecOut = z.object({
 const VersionOut = z.object({
   version: z.string(),
   state: z.string(),
+  stats: z
+    .object({
+      instances: z.number(),
+      pids: z.array(z.number()).describe('worker processes'),
+      busy: z.number(),
+      queued: z.number(),
+      restarts: z.number(),
+      batches: z.record(z.string(), z.number()).describe('forward passes by rows per pass'),
+    })
+    .optional(),
   device: z.string().optional(),
   load_ms: z.number().optional(),
   warmup_ms: z.number().optional(),
@@ -149,9 +160,10 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       outputSchema: InferOut,
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
     },
-    async (request) => {
+    async (request, ctx) => {
       try {
-        return inferResult(await gateway.infer(request));
+        // A cancellation from the client (or a closed connection) withdraws the queued request.
+        return inferResult(await gateway.infer(request, { signal: requestSignal(ctx.mcpReq.signal) }));
       } catch (err) {
         return errorResult(err);
       }

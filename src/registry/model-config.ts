@@ -74,6 +74,14 @@ export const ModelConfigSchema = z
     versions: z.record(z.string().regex(/^\d+$/, 'versions are positive integers'), VersionConfigSchema),
     warmup_runs: z.number().int().min(0).max(100).default(2),
     batching: BatchingSchema.optional(),
+    /** eager: loaded when the server starts; on_demand: on the first request (which waits for it). */
+    load: z.enum(['eager', 'on_demand']).default('eager'),
+    /** Requests allowed to wait for this model; past that QUEUE_FULL. Default: the server's. */
+    max_queue_size: z.number().int().min(1).optional(),
+    /** Default per-request timeout in ms; a request may ask for another. Default: the server's. */
+    timeout_ms: z.number().int().min(1).optional(),
+    /** Safe to run twice: a request whose worker crashed is retried once on a fresh worker. */
+    idempotent: z.boolean().default(false),
   })
   .superRefine((cfg, ctx) => {
     const versions = Object.keys(cfg.versions);

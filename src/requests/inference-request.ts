@@ -25,7 +25,9 @@ export const InferenceRequestSchema = z.object({
   parameters: z
     .record(z.string(), z.unknown())
     .optional()
-    .describe('optional: {"precision": "fp32" | "bf16" | "fp16"} (as offered by the model), {"top_k": N}'),
+    .describe(
+      'optional: {"precision": "fp32" | "bf16" | "fp16"} (as offered by the model), {"top_k": N}, {"timeout_ms": N}',
+    ),
   request_id: z.string().max(128).optional().describe('echoed back in the result; generated when absent'),
 });
 export type InferenceRequest = z.infer<typeof InferenceRequestSchema>;

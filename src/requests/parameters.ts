@@ -6,9 +6,12 @@ import { type ModelConfig, PRECISIONS, type Precision } from '../registry/model-
 export interface InferenceParameters {
   precision: Precision;
   top_k: number;
+  /** Undefined: the model's or the server's default. */
+  timeout_ms: number | undefined;
 }
 
-const KNOWN = ['precision', 'top_k'] as const;
+const KNOWN = ['precision', 'top_k', 'timeout_ms'] as const;
+const MAX_TIMEOUT_MS = 3_600_000;
 
 export function parseParameters(raw: Record<string, unknown> | undefined, config: ModelConfig): InferenceParameters {
   const params = raw ?? {};
@@ -35,5 +38,14 @@ export function parseParameters(raw: Record<string, unknown> | undefined, config
   if (typeof topK !== 'number' || !Number.isInteger(topK) || topK < 1 || topK > 100) {
     throw tgError('BAD_PARAMETER', 'top_k must be an integer from 1 to 100', { parameter: 'top_k' });
   }
-  return { precision: precision as Precision, top_k: topK };
+  const timeout = params.timeout_ms;
+  if (
+    timeout !== undefined &&
+    (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS)
+  ) {
+    throw tgError('BAD_PARAMETER', `timeout_ms must be an integer from 1 to ${MAX_TIMEOUT_MS}`, {
+      parameter: 'timeout_ms',
+    });
+  }
+  return { precision: precision as Precision, top_k: topK, timeout_ms: timeout };
 }

@@ -9,27 +9,19 @@ import type {
 } from '../engines/engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import { batchKey, batchRows, joinRequests, splitResponse } from './batch.js';
+import { Job } from './job.js';
 
 /**
  * The instances of one model version and the FIFO queue in front of them. Each instance runs one
  * forward pass at a time, so the time a request waits here is its queue time, measured honestly.
  * With `batching` configured, compatible queued requests are joined into one forward pass (see
- * batch.ts). A crashed instance fails only what it was running; it is replaced and the queue goes on.
+ * batch.ts). Every request is answered exactly once: with its result, or with its error, its
+ * timeout or its cancellation (job.ts). A crashed instance fails only what it was running (or
+ * retries it once, for idempotent models) and is restarted with backoff; one that cannot load
+ * again after a few tries leaves the pool failed with the last error instead of looping.
  */
 
 export type PoolState = 'loading' | 'ready' | 'failed' | 'closed';
-
-interface Job {
-  request: EngineRequest;
-  enqueuedAt: number;
-  /** Rows along dimension 0, or undefined when the request cannot join a batch. */
-  rows: number | undefined;
-  key: string;
-  /** Run alone: set when a batch it was in failed, so that only the bad request fails again. */
-  solo: boolean;
-  resolve: (r: PooledResponse) => void;
-  reject: (e: TensorgateError) => void;
-}
 
 export interface PooledResponse extends EngineResponse {
   queueMs: number;
@@ -38,12 +30,15 @@ export interface PooledResponse extends EngineResponse {
   batchSize: number;
 }
 
-/** Errors caused by one request's data: a batch that fails with one is retried request by request. */
-const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND']);
-
 export interface PoolOptions {
+  /** Requests allowed to wait when the model config sets no max_queue_size. */
   maxQueue: number;
   onLog?: (line: string) => void;
+}
+
+export interface InferOptions {
+  timeoutMs: number;
+  signal?: AbortSignal;
 }
 
 interface Slot {
@@ -52,16 +47,26 @@ interface Slot {
   ready: boolean;
 }
 
+/** Errors caused by one request's data: a batch that fails with one is retried request by request. */
+const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND']);
+/** Restart attempts after a crash before an instance that cannot load again is given up. */
+const MAX_RESTART_ATTEMPTS = 3;
+const RESTART_BACKOFF_MS = [100, 500, 2000];
+
 export class ModelPool {
   private readonly slots: Slot[] = [];
   private readonly queue: Job[] = [];
+  private readonly running = new Set<Job>();
   private stateValue: PoolState = 'loading';
   private failure: TensorgateError | undefined;
   private loadInfoValue: LoadInfo | undefined;
   private restarts = 0;
   private batchTimer: NodeJS.Timeout | undefined;
+  private idleWaiters: (() => void)[] = [];
   /** Forward passes by number of rows: how well batching works. */
   private readonly batchSizes = new Map<number, number>();
+  /** performance.now() of the last request taken or answered: for least-recently-used unloading. */
+  lastUsed = performance.now();
 
   constructor(
     private readonly engine: Engine,
@@ -81,9 +86,22 @@ export class ModelPool {
     return this.loadInfoValue;
   }
 
-  get stats(): { instances: number; busy: number; queued: number; restarts: number; batches: Record<string, number> } {
+  /** No request waiting or running. */
+  get idle(): boolean {
+    return this.queue.length === 0 && this.running.size === 0;
+  }
+
+  get stats(): {
+    instances: number;
+    pids: number[];
+    busy: number;
+    queued: number;
+    restarts: number;
+    batches: Record<string, number>;
+  } {
     return {
       instances: this.slots.length,
+      pids: this.slots.flatMap((s) => (s.ready && s.instance.pid !== undefined ? [s.instance.pid] : [])),
       busy: this.slots.filter((s) => s.busy).length,
       queued: this.queue.length,
       restarts: this.restarts,
@@ -91,48 +109,69 @@ export class ModelPool {
     };
   }
 
+  private get label(): string {
+    return `${this.spec.config.name}@${this.spec.version}`;
+  }
+
   /** Starts every instance (load + warm-up); the pool is ready when all are. */
   async start(): Promise<LoadInfo> {
     const count = this.spec.config.resources.instances;
     try {
       const infos = await Promise.all(Array.from({ length: count }, (_, i) => this.startSlot(i)));
+      if (this.stateValue === 'closed') throw tgError('SHUTTING_DOWN', `${this.label} was unloaded while it loaded`);
       this.loadInfoValue = infos[0] as LoadInfo;
       this.stateValue = 'ready';
       this.drain();
       return this.loadInfoValue;
     } catch (err) {
-      this.failure = asTensorgateError(err);
-      this.stateValue = 'failed';
+      if (this.stateValue !== 'closed') this.fail(asTensorgateError(err));
       await Promise.allSettled(this.slots.map((s) => s.instance.close()));
-      this.failQueue(this.failure);
-      throw this.failure;
+      throw this.failure ?? asTensorgateError(err);
     }
   }
 
-  infer(request: EngineRequest): Promise<PooledResponse> {
+  infer(request: EngineRequest, options: InferOptions): Promise<PooledResponse> {
     if (this.stateValue === 'failed' && this.failure) return Promise.reject(this.failure);
-    if (this.stateValue === 'closed') return Promise.reject(tgError('SHUTTING_DOWN', 'the server is stopping'));
-    if (this.queue.length >= this.options.maxQueue) {
+    if (this.stateValue === 'closed') return Promise.reject(tgError('SHUTTING_DOWN', `${this.label} is unloaded`));
+    const maxQueue = this.spec.config.max_queue_size ?? this.options.maxQueue;
+    if (this.queue.length >= maxQueue) {
       return Promise.reject(
-        tgError(
-          'QUEUE_FULL',
-          `${this.spec.config.name}@${this.spec.version} has ${this.queue.length} requests waiting; retry shortly`,
-          { queued: this.queue.length, maxQueue: this.options.maxQueue },
-        ),
+        tgError('QUEUE_FULL', `${this.label} has ${this.queue.length} requests waiting (the limit); retry shortly`, {
+          queued: this.queue.length,
+          maxQueue,
+          retryAfterMs: 100,
+        }),
       );
     }
     return new Promise((resolve, reject) => {
       const rows = batchRows(request);
       const key = this.spec.config.batching && rows !== undefined ? batchKey(request) : '';
-      this.queue.push({ request, enqueuedAt: performance.now(), rows, key, solo: false, resolve, reject });
+      const job = new Job(request, rows, key, resolve, reject);
+      job.arm(options.timeoutMs, options.signal, () => this.withdraw(job));
+      if (job.settled) return; // Already cancelled.
+      this.queue.push(job);
+      this.lastUsed = performance.now();
       this.drain();
     });
   }
 
-  async close(): Promise<void> {
+  /**
+   * Stops taking requests and resolves once every queued and running request has been answered,
+   * or after `graceMs`, when the rest are answered SHUTTING_DOWN; then stops the instances.
+   */
+  async close(graceMs = 0): Promise<void> {
+    if (this.stateValue === 'closed') return;
+    const wasReady = this.stateValue === 'ready';
     this.stateValue = 'closed';
+    if (wasReady && graceMs > 0 && !this.idle) {
+      // Queued work may still be dispatched while closing: drain() runs for 'closed' pools too.
+      this.drain(true);
+      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), sleep(graceMs)]);
+    }
     clearTimeout(this.batchTimer);
-    this.failQueue(tgError('SHUTTING_DOWN', 'the server is stopping'));
+    const stopping = tgError('SHUTTING_DOWN', `${this.label} stopped before the request ran`);
+    for (const job of [...this.queue.splice(0), ...this.running]) job.fail(stopping);
+    this.running.clear();
     await Promise.allSettled(this.slots.map((s) => s.instance.close()));
   }
 
@@ -146,15 +185,16 @@ export class ModelPool {
     return info;
   }
 
-  private drain(): void {
-    if (this.stateValue !== 'ready') return;
+  private drain(closing = false): void {
+    if (this.stateValue !== 'ready' && !(closing || this.stateValue === 'closed')) return;
     for (const slot of this.slots) {
-      if (this.queue.length === 0) return;
+      if (this.queue.length === 0) break;
       if (slot.busy || !slot.ready) continue;
       const jobs = this.takeBatch();
-      if (!jobs) return; // The head waits a little longer for company; a timer calls drain again.
+      if (!jobs) break; // The head waits a little longer for company; a timer calls drain again.
       this.run(slot, jobs);
     }
+    if (this.idle) for (const wake of this.idleWaiters.splice(0)) wake();
   }
 
   /**
@@ -177,7 +217,7 @@ export class ModelPool {
     }
     const full = rows === batching.max_batch_size || batching.preferred_batch_sizes.includes(rows);
     const waitedUs = (performance.now() - head.enqueuedAt) * 1000;
-    if (!full && waitedUs < batching.max_queue_delay_us) {
+    if (!full && waitedUs < batching.max_queue_delay_us && this.stateValue === 'ready') {
       this.batchTimer ??= setTimeout(
         () => {
           this.batchTimer = undefined;
@@ -195,6 +235,7 @@ export class ModelPool {
   private run(slot: Slot, jobs: Job[]): void {
     slot.busy = true;
     const started = performance.now();
+    for (const job of jobs) this.running.add(job);
     const rows = jobs.map((j) => j.rows ?? 1);
     const batchSize = jobs.length === 1 ? (jobs[0]?.rows ?? 1) : rows.reduce((a, b) => a + b, 0);
     slot.instance
@@ -206,29 +247,48 @@ export class ModelPool {
           try {
             parts = jobs.length === 1 ? [response] : splitResponse(response, rows);
           } catch (err) {
-            for (const job of jobs) job.reject(asTensorgateError(err));
+            for (const job of jobs) job.fail(asTensorgateError(err));
             return;
           }
           jobs.forEach((job, i) => {
             const part = parts[i] as EngineResponse;
-            job.resolve({ ...part, queueMs: started - job.enqueuedAt, instance: slot.instance.label, batchSize });
+            job.succeed({ ...part, queueMs: started - job.enqueuedAt, instance: slot.instance.label, batchSize });
           });
         },
-        (err) => {
-          const error = asTensorgateError(err);
-          if (jobs.length > 1 && PER_REQUEST_ERRORS.has(error.code)) {
-            // One request's data broke the batch: run each alone so only that one fails.
-            for (const job of jobs) job.solo = true;
-            this.queue.unshift(...jobs);
-            return;
-          }
-          for (const job of jobs) job.reject(error);
-        },
+        (err) => this.onRunError(jobs, asTensorgateError(err)),
       )
       .finally(() => {
+        for (const job of jobs) this.running.delete(job);
         slot.busy = false;
+        this.lastUsed = performance.now();
         this.drain();
       });
+  }
+
+  private onRunError(jobs: Job[], error: TensorgateError): void {
+    const live = jobs.filter((j) => !j.settled);
+    if (live.length > 1 && PER_REQUEST_ERRORS.has(error.code)) {
+      // One request's data broke the batch: run each alone so only that one fails.
+      for (const job of live) job.solo = true;
+      this.queue.unshift(...live);
+      return;
+    }
+    if (error.code === 'WORKER_CRASHED' && this.spec.config.idempotent && this.stateValue !== 'closed') {
+      // Safe to run twice: once more, on whichever instance is ready next.
+      const again = live.filter((j) => !j.retried);
+      for (const job of again) job.retried = true;
+      this.queue.unshift(...again);
+      for (const job of live) if (!again.includes(job)) job.fail(error);
+      return;
+    }
+    for (const job of live) job.fail(error);
+  }
+
+  /** A queued job timed out or was cancelled: take it out of the queue so it costs nothing more. */
+  private withdraw(job: Job): void {
+    const index = this.queue.indexOf(job);
+    if (index >= 0) this.queue.splice(index, 1);
+    if (this.idle) for (const wake of this.idleWaiters.splice(0)) wake();
   }
 
   private onCrash(index: number, err: Error): void {
@@ -238,19 +298,33 @@ export class ModelPool {
     if (this.stateValue !== 'ready') return; // A crash during start fails start() itself.
     this.restarts += 1;
     this.options.onLog?.(`${slot.instance.label} crashed (${err.message}); restarting`);
-    this.startSlot(index)
-      .then(() => this.drain())
-      .catch((restartErr) => {
-        this.options.onLog?.(`${slot.instance.label} could not restart: ${(restartErr as Error).message}`);
-        if (this.slots.every((s) => !s.ready)) {
-          this.failure = asTensorgateError(restartErr);
-          this.stateValue = 'failed';
-          this.failQueue(this.failure);
-        }
-      });
+    this.restartSlot(index, 1);
   }
 
-  private failQueue(err: TensorgateError): void {
-    for (const job of this.queue.splice(0)) job.reject(err);
+  private restartSlot(index: number, attempt: number): void {
+    const delay = RESTART_BACKOFF_MS[Math.min(attempt, RESTART_BACKOFF_MS.length) - 1] as number;
+    setTimeout(() => {
+      if (this.stateValue !== 'ready') return;
+      this.startSlot(index)
+        .then(() => this.drain())
+        .catch((restartErr: unknown) => {
+          const error = asTensorgateError(restartErr);
+          this.options.onLog?.(`${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}`);
+          if (attempt < MAX_RESTART_ATTEMPTS) this.restartSlot(index, attempt + 1);
+          else if (this.slots.every((s) => !s.ready)) this.fail(error);
+        });
+    }, delay);
   }
+
+  private fail(error: TensorgateError): void {
+    this.failure = error;
+    this.stateValue = 'failed';
+    clearTimeout(this.batchTimer);
+    for (const job of this.queue.splice(0)) job.fail(error);
+    if (this.idle) for (const wake of this.idleWaiters.splice(0)) wake();
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }

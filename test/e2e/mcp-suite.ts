@@ -360,6 +360,33 @@ export function defineMcpSuite(kind: TransportKind): void {
       await infer(client, { model: 'image-classifier', inputs: { image: img } });
     });
 
+    it('withdraws a queued call that the client cancels, so it never runs', async () => {
+      const forwards = async () => {
+        const listed = await call(client, 'list_models', {});
+        const models = (
+          listed.structuredContent as {
+            models: { name: string; versions: { stats?: { batches: Record<string, number>; busy: number } }[] }[];
+          }
+        ).models;
+        return models.find((m) => m.name === 'sleepy')?.versions[0]?.stats;
+      };
+      while (((await forwards())?.busy ?? 0) > 0) await new Promise((r) => setTimeout(r, 50));
+      const before = Object.values((await forwards())?.batches ?? {}).reduce((a, b) => a + b, 0);
+      const first = infer(client, { model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } });
+      await new Promise((r) => setTimeout(r, 50));
+      const abort = new AbortController();
+      const second = client.callTool(
+        { name: 'infer', arguments: { model: 'sleepy', inputs: { x: [[5, 6, 7, 8]] } } },
+        { signal: abort.signal },
+      );
+      setTimeout(() => abort.abort(), 100);
+      await assert.rejects(second);
+      await first;
+      await new Promise((r) => setTimeout(r, 700)); // long enough for a second forward, had it run
+      const after = Object.values((await forwards())?.batches ?? {}).reduce((a, b) => a + b, 0);
+      assert.equal(after, before + 1, 'only the first call ran');
+    });
+
     it('keeps serving other calls while a slow model computes', async () => {
       const order: string[] = [];
       const slow = infer(client, { model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } }).then(() => order.push('sleepy'));

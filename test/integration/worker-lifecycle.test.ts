@@ -6,27 +6,12 @@ import { after, before, describe, it } from 'node:test';
 import { defaultConfig } from '../../src/config.js';
 import { Gateway } from '../../src/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
+import { workerPids } from '../helpers/processes.js';
 
 /**
  * The gateway in-process with real Python workers: crash recovery, failed loads, and cleanup of
  * shared-memory arenas. (The MCP suites cover the same core through real transports.)
  */
-
-function workerPids(): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      if (ppid === process.pid && cmdline.includes('tensorgate.worker')) pids.push(Number(entry));
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  return pids;
-}
 
 const ownArenas = () => readdirSync('/dev/shm').filter((n) => n.startsWith(`tensorgate-${process.pid}-`));
 

@@ -141,6 +141,10 @@ export class TorchInstance implements EngineInstance {
     }
   }
 
+  get pid(): number | undefined {
+    return this.worker?.pid;
+  }
+
   onCrash(listener: (err: Error) => void): void {
     this.crashListeners.push(listener);
   }

@@ -155,8 +155,9 @@ export class WorkerProcess {
 
   private onExit(reason: string): void {
     if (this.exitError) return;
-    this.exitError = tgError('WORKER_CRASHED', `worker ${this.options.label} ${reason}`, {
+    this.exitError = tgError('WORKER_CRASHED', `worker ${this.options.label} ${reason}; it is restarted, retry`, {
       worker: this.options.label,
+      retryable: true,
     });
     for (const p of this.pending.values()) p.reject(this.exitError);
     this.pending.clear();

@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { defaultConfig } from '../../src/config.js';
+import { Gateway } from '../../src/gateway.js';
+import { ensureTestModels, PYTHON } from '../helpers/models.js';
+import { workerPids } from '../helpers/processes.js';
+
+/**
+ * Faults, for real: a full queue, deadlines, cancellation, a worker killed mid-request for an
+ * idempotent model, and a model that can no longer load after a crash.
+ */
+
+describe('faults', { timeout: 300_000 }, () => {
+  let gateway: Gateway;
+  let models: string;
+  let work: string;
+
+  function variant(fixture: string, name: string, edit: (c: Record<string, unknown>) => void): string {
+    const dir = join(work, name);
+    cpSync(join(models, fixture), dir, { recursive: true });
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    config.name = name;
+    edit(config);
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    return dir;
+  }
+
+  const x = [[1, 2, 3, 4]];
+
+  before(async () => {
+    models = ensureTestModels();
+    work = mkdtempSync(join(tmpdir(), 'tg-faults-'));
+    gateway = new Gateway({ ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') });
+    await gateway.register(variant('sleepy', 'sleepy-q2', (c) => Object.assign(c, { max_queue_size: 2 })));
+    await gateway.register(variant('sleepy', 'sleepy-idem', (c) => Object.assign(c, { idempotent: true })));
+  });
+
+  after(async () => {
+    await gateway.close();
+  });
+
+  it('answers QUEUE_FULL at once when the queue is full, and serves the rest', async () => {
+    const running = gateway.infer({ model: 'sleepy-q2', inputs: { x } });
+    await new Promise((r) => setTimeout(r, 50)); // the first is running, the queue is empty
+    const queued = [
+      gateway.infer({ model: 'sleepy-q2', inputs: { x } }),
+      gateway.infer({ model: 'sleepy-q2', inputs: { x } }),
+    ];
+    await assert.rejects(gateway.infer({ model: 'sleepy-q2', inputs: { x } }), {
+      code: 'QUEUE_FULL',
+      message: /2 requests waiting/,
+    });
+    const results = await Promise.all([running, ...queued]);
+    assert.equal(results.length, 3);
+  });
+
+  it('times out a request that waits too long, and drops it from the queue', async () => {
+    const first = gateway.infer({ model: 'sleepy-q2', inputs: { x } });
+    const late = gateway.infer({ model: 'sleepy-q2', inputs: { x }, parameters: { timeout_ms: 100 } });
+    await assert.rejects(late, { code: 'TIMEOUT', message: /100 ms/ });
+    assert.equal(gateway.poolStats('sleepy-q2', '1')?.queued, 0, 'withdrawn from the queue');
+    await first;
+    await assert.rejects(gateway.infer({ model: 'sleepy-q2', inputs: { x }, parameters: { timeout_ms: 50 } }), {
+      code: 'TIMEOUT',
+    }); // running when its deadline passes: answered at once, the late result is dropped
+  });
+
+  it('withdraws a queued request when its caller cancels', async () => {
+    while ((gateway.poolStats('sleepy-q2', '1')?.busy ?? 0) > 0) await new Promise((r) => setTimeout(r, 50));
+    const before = gateway.poolStats('sleepy-q2', '1')?.batches[1] ?? 0;
+    const first = gateway.infer({ model: 'sleepy-q2', inputs: { x } });
+    const abort = new AbortController();
+    const second = gateway.infer({ model: 'sleepy-q2', inputs: { x } }, { signal: abort.signal });
+    setTimeout(() => abort.abort(), 50);
+    await assert.rejects(second, { code: 'CANCELLED' });
+    await first;
+    await new Promise((r) => setTimeout(r, 600)); // long enough for a forward pass, had it run
+    assert.equal(gateway.poolStats('sleepy-q2', '1')?.batches[1], before + 1, 'the cancelled request never ran');
+  });
+
+  it('retries once on a fresh worker when an idempotent model crashes mid-request', async () => {
+    const [victim] = gateway.poolStats('sleepy-idem', '1')?.pids ?? [];
+    assert.ok(victim);
+    const running = gateway.infer({ model: 'sleepy-idem', inputs: { x } });
+    await new Promise((r) => setTimeout(r, 150));
+    process.kill(victim, 'SIGKILL');
+    const result = await running;
+    assert.deepEqual(result.outputs[0]?.shape, [1, 4]);
+    assert.ok(!workerPids().includes(victim), 'served by a fresh worker');
+    assert.equal(gateway.poolStats('sleepy-idem', '1')?.restarts, 1);
+  });
+
+  it('gives up on an instance that cannot load again after a crash: failed, with the last error', async () => {
+    // An eager model whose factory kills the process once a flag file exists.
+    const dir = join(work, 'fragile');
+    mkdirSync(join(dir, '1'), { recursive: true });
+    writeFileSync(
+      join(dir, '1', 'model.py'),
+      [
+        'import os',
+        'import torch',
+        '',
+        'class Plus(torch.nn.Module):',
+        '    def forward(self, x):',
+        '        return x + 1',
+        '',
+        'def build():',
+        '    if os.path.exists(os.path.join(os.path.dirname(__file__), "broken")):',
+        '        os._exit(3)',
+        '    return Plus()',
+        '',
+      ].join('\n'),
+    );
+    execFileSync(PYTHON, ['-c', `import torch; torch.save({}, ${JSON.stringify(join(dir, '1', 'weights.pt'))})`]);
+    writeFileSync(
+      join(dir, 'config.json'),
+      JSON.stringify({
+        name: 'fragile',
+        inputs: [{ name: 'x', dtype: 'float32', shape: [-1, 4] }],
+        outputs: [{ name: 'y', dtype: 'float32', shape: [-1, 4] }],
+        versions: { '1': { format: 'eager', entry: 'model:build', file: 'weights.pt' } },
+      }),
+    );
+    const info = await gateway.register(dir);
+    assert.equal(info.versions[0]?.state, 'ready');
+    writeFileSync(join(dir, '1', 'broken'), '');
+    await gateway.infer({ model: 'fragile', inputs: { x } });
+    const [victim] = gateway.poolStats('fragile', '1')?.pids ?? [];
+    assert.ok(victim);
+    process.kill(victim, 'SIGKILL');
+    const deadline = Date.now() + 30_000;
+    while (gateway.modelInfo('fragile').versions[0]?.state !== 'failed' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const version = gateway.modelInfo('fragile').versions[0];
+    assert.equal(version?.state, 'failed');
+    assert.match(version?.error ?? '', /exited with code 3/);
+    await assert.rejects(gateway.infer({ model: 'fragile', inputs: { x } }), /exited with code 3/);
+    // Everything else still serves.
+    await gateway.infer({ model: 'sleepy-q2', inputs: { x } });
+  });
+});
+
+describe('shutdown', { timeout: 120_000 }, () => {
+  it('finishes running requests within the grace period, then leaves no shared memory behind', async () => {
+    const models = ensureTestModels();
+    const work = mkdtempSync(join(tmpdir(), 'tg-stop-'));
+    const gateway = new Gateway({
+      ...defaultConfig(work),
+      registryPath: join(work, 'r.db'),
+      modelsDir: join(work, 'none'),
+    });
+    await gateway.register(join(models, 'sleepy'));
+    const running = gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } });
+    const queued = gateway.infer({ model: 'sleepy', inputs: { x: [[5, 6, 7, 8]] } });
+    await new Promise((r) => setTimeout(r, 50));
+    const closing = gateway.close(5_000);
+    await assert.rejects(gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } }), { code: 'SHUTTING_DOWN' });
+    const [a, b] = await Promise.all([running, queued]);
+    assert.deepEqual(
+      [a.outputs[0]?.shape, b.outputs[0]?.shape],
+      [
+        [1, 4],
+        [1, 4],
+      ],
+    );
+    await closing;
+    assert.deepEqual(
+      readdirSync('/dev/shm').filter((n) => n.startsWith(`tensorgate-${process.pid}-`)),
+      [],
+    );
+  });
+});
