@@ -14,10 +14,15 @@ export const DEFAULT_HTTP_PORT = 8765;
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
   const gateway = openGateway(global, { maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024) });
   let closeTransport: () => Promise<void> = async () => {};
+  let stopping = false;
   const shutdown = async (signal: string) => {
-    stderrLogger(`${signal}: stopping`);
-    await closeTransport();
+    if (stopping) return;
+    stopping = true;
+    // Stop intake and let queued and running requests finish (their answers still need the
+    // transport), then close the transport; workers and shared memory are gone by then.
+    stderrLogger(`${signal}: stopping; finishing requests in flight`);
     await gateway.close();
+    await closeTransport();
     process.exit(0);
   };
   process.once('SIGINT', () => void shutdown('SIGINT'));

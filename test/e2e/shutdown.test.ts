@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { defaultConfig } from '../../src/config.js';
+import { Gateway } from '../../src/gateway.js';
+import { waitForUrl } from '../helpers/mcp.js';
+import { ensureTestModels, ROOT } from '../helpers/models.js';
+
+/** The real server process stopped with SIGTERM (clean) and SIGKILL (not clean). */
+
+const arenasOf = (pid: number) => readdirSync('/dev/shm').filter((n) => n.startsWith(`tensorgate-${pid}-`));
+
+async function startServer() {
+  const work = mkdtempSync(join(tmpdir(), 'tg-shutdown-'));
+  cpSync(join(ensureTestModels(), 'sleepy'), join(work, 'models', 'sleepy'), { recursive: true });
+  const child = spawn(
+    process.execPath,
+    [
+      join(ROOT, 'bin', 'tensorgate.js'),
+      '--models',
+      join(work, 'models'),
+      '--registry',
+      join(work, 'r.db'),
+      'serve',
+      '--http',
+      '0',
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  const url = await waitForUrl(child);
+  const client = new Client({ name: 'shutdown-test', version: '0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { child, client, exited, pid: child.pid as number };
+}
+
+describe('stopping the server', { timeout: 120_000 }, () => {
+  it('on SIGTERM answers the request in flight, then exits 0 leaving no shared memory', async () => {
+    const { child, client, exited, pid } = await startServer();
+    const ready = async () => {
+      const listed = await client.callTool({ name: 'list_models', arguments: {} });
+      const models = (listed.structuredContent as { models: { versions: { state: string }[] }[] }).models;
+      return models[0]?.versions[0]?.state === 'ready';
+    };
+    while (!(await ready())) await new Promise((r) => setTimeout(r, 100));
+    const call = client.callTool({ name: 'infer', arguments: { model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } } });
+    await new Promise((r) => setTimeout(r, 150)); // computing now (0.5 s)
+    child.kill('SIGTERM');
+    const result = (await call) as { isError?: boolean; structuredContent?: { outputs: { shape: number[] }[] } };
+    assert.notEqual(result.isError, true, JSON.stringify(result));
+    assert.deepEqual(result.structuredContent?.outputs[0]?.shape, [1, 4]);
+    assert.equal(await exited, 0);
+    assert.deepEqual(arenasOf(pid), []);
+  });
+
+  it("after SIGKILL, the next server removes the dead one's shared memory at start", async () => {
+    const { child, exited, pid } = await startServer();
+    while (arenasOf(pid).length === 0) await new Promise((r) => setTimeout(r, 50));
+    child.kill('SIGKILL');
+    await exited;
+    assert.ok(arenasOf(pid).length > 0, 'a killed server cannot clean up');
+    const work = mkdtempSync(join(tmpdir(), 'tg-sweep-'));
+    const next = new Gateway({
+      ...defaultConfig(work),
+      registryPath: join(work, 'r.db'),
+      modelsDir: join(work, 'none'),
+    });
+    assert.deepEqual(arenasOf(pid), []);
+    await next.close();
+    assert.ok(existsSync('/dev/shm'));
+  });
+});
