@@ -21,6 +21,8 @@ export interface GatewayConfig {
   defaultTimeoutMs: number;
   /** How long a stopping server lets queued and running requests finish. */
   shutdownGraceMs: number;
+  /** Sum of resources.memory_mb x instances allowed loaded at once; undefined: no limit. */
+  memoryBudgetMb?: number;
   /** Inputs with more JSON-array elements than this get a hint to use b64 or a path. */
   arrayHintElements: number;
   /** Largest MCP request body accepted over HTTP (inline b64 or arrays); larger ones get 413. */

@@ -5,14 +5,15 @@ import type { Engine } from './engines/engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
-import { asTensorgateError, tgError } from './errors.js';
+import { tgError } from './errors.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
 import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { decodeInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { type InferenceParameters, parseParameters } from './requests/parameters.js';
-import { ModelPool, type PoolState } from './scheduler/model-pool.js';
+import { ModelManager, type VersionState } from './scheduler/model-manager.js';
+import type { ModelPool } from './scheduler/model-pool.js';
 import { TensorStore } from './tensor/store.js';
 import { describeSummary, summarizeTensor, type TensorSummary } from './tensor/summary.js';
 import { numel } from './tensor/tensor.js';
@@ -56,7 +57,7 @@ export interface InferenceResult {
 
 export interface VersionStatus {
   version: string;
-  state: PoolState | 'not_loaded';
+  state: VersionState;
   /** Live figures: queued and running requests, restarts, forward passes by batch size. */
   stats?: ModelPool['stats'];
   device?: string;
@@ -75,9 +76,9 @@ export interface ModelSummaryInfo {
 export class Gateway {
   readonly registry: Registry;
   readonly store: TensorStore;
-  private readonly pools = new Map<string, ModelPool>();
+  private readonly models: ModelManager;
   private readonly configs = new Map<string, ModelConfig>();
-  private readonly engines: Map<string, Engine>;
+  private readonly dirs = new Map<string, string>();
   private closed = false;
 
   constructor(
@@ -90,14 +91,27 @@ export class Gateway {
     if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`);
     this.registry = new Registry(config.registryPath);
     this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
-    this.engines = new Map([['torch', new TorchEngine({ onLog: log })]]);
+    this.models = new ModelManager({
+      engines: new Map<string, Engine>([['torch', new TorchEngine({ onLog: log })]]),
+      maxQueue: config.maxQueue,
+      memoryBudgetMb: config.memoryBudgetMb,
+      log,
+      onLoaded: (name, version, { info, error }) => {
+        if (info)
+          this.registry.setVersionStatus(name, version, 'ready', { loadMs: info.loadMs, warmupMs: info.warmupMs });
+        else this.registry.setVersionStatus(name, version, 'failed', { error: error?.message ?? 'unknown' });
+      },
+    });
   }
 
-  /** Validates a model folder, records it, then loads and warms every version; ready when all succeed. */
+  /**
+   * Validates a model folder and records it; then (for `load: eager`, the default) loads and warms
+   * every version and resolves when each is ready or failed. `on_demand` models load on first use.
+   */
   async register(dir: string): Promise<ModelSummaryInfo> {
     const { name, dir: abs, config } = this.record(dir);
-    await this.unloadModel(name);
-    await this.loadModel(name, abs, config);
+    await this.models.unload(name);
+    if (config.load === 'eager') await this.loadVersions(name, abs, config);
     return this.modelInfo(name);
   }
 
@@ -116,13 +130,40 @@ export class Gateway {
         this.log(`could not register ${dir}: ${(err as Error).message}`);
       }
     }
-    await Promise.all(recorded.map(({ name, dir, config }) => this.loadModel(name, dir, config)));
+    await Promise.all(
+      recorded
+        .filter(({ config }) => config.load === 'eager')
+        .map(({ name, dir, config }) => this.loadVersions(name, dir, config)),
+    );
+  }
+
+  /** Loads one version (the default when omitted) and resolves when it is ready: `load_model`. */
+  async loadModel(name: string, version?: string): Promise<ModelSummaryInfo> {
+    const config = this.modelConfig(name);
+    const v = this.checkVersion(config, version ?? defaultVersion(config));
+    await this.models.load(name, v, this.dirOf(name), config);
+    return this.modelInfo(name);
+  }
+
+  /** Unloads one version, or all of a model's: `unload_model`. Running requests finish first. */
+  async unloadModel(name: string, version?: string): Promise<ModelSummaryInfo> {
+    const config = this.modelConfig(name);
+    if (version !== undefined) this.checkVersion(config, version);
+    await this.models.unload(name, version, this.config.shutdownGraceMs);
+    return this.modelInfo(name);
+  }
+
+  private async loadVersions(name: string, dir: string, config: ModelConfig): Promise<void> {
+    await Promise.all(
+      Object.keys(config.versions).map((version) => this.models.load(name, version, dir, config).catch(() => {})),
+    );
   }
 
   private record(dir: string): { name: string; dir: string; config: ModelConfig } {
     const source = readModelDir(dir);
     this.registry.upsert(source.config.name, source.dir, source.config);
     this.configs.set(source.config.name, source.config);
+    this.dirs.set(source.config.name, source.dir);
     return { name: source.config.name, dir: source.dir, config: source.config };
   }
 
@@ -138,11 +179,11 @@ export class Gateway {
       description: config.description,
       default_version: defaultVersion(config),
       versions: versions.map((version) => {
-        const pool = this.pools.get(poolKey(name, version));
+        const pool = this.models.pool(name, version);
         const info = pool?.loadInfo;
         return {
           version,
-          state: pool?.state ?? 'not_loaded',
+          state: this.models.state(name, version),
           ...(pool ? { stats: pool.stats } : {}),
           ...(info ? { device: info.device, load_ms: round(info.loadMs), warmup_ms: round(info.warmupMs) } : {}),
           ...(pool?.error ? { error: pool.error.message } : {}),
@@ -151,10 +192,9 @@ export class Gateway {
     };
   }
 
-  /** Configs are cached in memory: the hot path never queries SQLite or re-validates JSON. */
   /** Queue, instance and batch-size figures of one loaded model version. */
   poolStats(name: string, version: string): ModelPool['stats'] | undefined {
-    return this.pools.get(poolKey(name, version))?.stats;
+    return this.models.pool(name, version)?.stats;
   }
 
   modelConfig(name: string): ModelConfig {
@@ -226,28 +266,16 @@ export class Gateway {
   async close(graceMs = this.config.shutdownGraceMs): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await Promise.allSettled([...this.pools.values()].map((p) => p.close(graceMs)));
-    this.pools.clear();
+    await this.models.closeAll(graceMs);
     this.registry.close();
   }
 
+  /** The pool serving a version; an unloaded version starts loading and the request waits for it. */
   private poolFor(config: ModelConfig, version: string): ModelPool {
-    if (!Object.hasOwn(config.versions, version)) {
-      throw tgError(
-        'VERSION_NOT_FOUND',
-        `model "${config.name}" has no version "${version}"; it has ${Object.keys(config.versions).join(', ')} (default ${defaultVersion(config)})`,
-        { model: config.name, version, versions: Object.keys(config.versions) },
-      );
-    }
-    const pool = this.pools.get(poolKey(config.name, version));
-    // A pool that is still loading queues the request until it is ready (or fails it with the load
-    // error), so a client that calls right after launching the server gets an answer, not a retry.
-    if (!pool) {
-      throw tgError('MODEL_NOT_READY', `${config.name}@${version} is registered but not loaded; retry shortly`, {
-        model: config.name,
-        version,
-      });
-    }
+    this.checkVersion(config, version);
+    const pool =
+      this.models.pool(config.name, version) ??
+      this.models.startLoad(config.name, version, this.dirOf(config.name), config);
     if (pool.state === 'failed') {
       throw tgError(
         'MODEL_NOT_READY',
@@ -258,50 +286,28 @@ export class Gateway {
     return pool;
   }
 
-  private async loadModel(name: string, dir: string, config: ModelConfig): Promise<void> {
-    const engine = this.engines.get(config.engine);
-    if (!engine) throw tgError('UNSUPPORTED_FORMAT', `engine "${config.engine}" is not available`);
-    await Promise.all(
-      Object.keys(config.versions).map(async (version) => {
-        const pool = new ModelPool(
-          engine,
-          { config, version, dir },
-          { maxQueue: this.config.maxQueue, onLog: this.log },
-        );
-        this.pools.set(poolKey(name, version), pool);
-        this.log(`loading ${name}@${version} (${config.versions[version]?.format}, ${config.resources.device})`);
-        try {
-          const info = await pool.start();
-          this.registry.setVersionStatus(name, version, 'ready', { loadMs: info.loadMs, warmupMs: info.warmupMs });
-          this.log(
-            `ready ${name}@${version} on ${info.device}: load ${round(info.loadMs)} ms, warm-up ${round(info.warmupMs)} ms`,
-          );
-        } catch (err) {
-          const error = asTensorgateError(err);
-          this.registry.setVersionStatus(name, version, 'failed', { error: error.message });
-          this.log(`failed ${name}@${version}: ${error.message}`);
-        }
-      }),
-    );
+  private checkVersion(config: ModelConfig, version: string): string {
+    if (!Object.hasOwn(config.versions, version)) {
+      throw tgError(
+        'VERSION_NOT_FOUND',
+        `model "${config.name}" has no version "${version}"; it has ${Object.keys(config.versions).join(', ')} (default ${defaultVersion(config)})`,
+        { model: config.name, version, versions: Object.keys(config.versions) },
+      );
+    }
+    return version;
   }
 
-  private async unloadModel(name: string): Promise<void> {
-    const closing: Promise<void>[] = [];
-    for (const [key, pool] of this.pools) {
-      if (key.startsWith(`${name}@`)) {
-        closing.push(pool.close());
-        this.pools.delete(key);
-      }
+  private dirOf(name: string): string {
+    let dir = this.dirs.get(name);
+    if (!dir) {
+      dir = this.registry.get(name).dir;
+      this.dirs.set(name, dir);
     }
-    await Promise.allSettled(closing);
+    return dir;
   }
 }
 
 export type { InferenceParameters };
-
-function poolKey(name: string, version: string): string {
-  return `${name}@${version}`;
-}
 
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;

@@ -150,6 +150,52 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     },
   );
 
+  const versionArgs = z.object({
+    model: z.string().describe('model name, from list_models'),
+    version: z.string().optional().describe('one version; the default version when omitted'),
+  });
+  register(
+    'load_model',
+    {
+      title: 'Load a model',
+      description:
+        'Loads a model version into worker processes and warms it up; returns when it is ready. Models also load on their first infer call, so this only moves the wait earlier. May unload the least recently used idle model to stay within the memory budget.',
+      inputSchema: versionArgs,
+      outputSchema: ModelOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    },
+    async ({ model, version }) => {
+      try {
+        const info = await gateway.loadModel(model, version);
+        return jsonResult(`${model}: ${info.versions.map((v) => `v${v.version} ${v.state}`).join(', ')}`, { ...info });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  register(
+    'unload_model',
+    {
+      title: 'Unload a model',
+      description:
+        'Stops the worker processes of a model version (all versions when none is given) after their running requests finish, freeing their memory. The model stays registered and loads again on its next infer call.',
+      inputSchema: versionArgs.extend({
+        version: z.string().optional().describe('one version; all versions when omitted'),
+      }),
+      outputSchema: ModelOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    },
+    async ({ model, version }) => {
+      try {
+        const info = await gateway.unloadModel(model, version);
+        return jsonResult(`${model}: ${info.versions.map((v) => `v${v.version} ${v.state}`).join(', ')}`, { ...info });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
   register(
     'infer',
     {

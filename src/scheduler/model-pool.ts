@@ -113,8 +113,15 @@ export class ModelPool {
     return `${this.spec.config.name}@${this.spec.version}`;
   }
 
-  /** Starts every instance (load + warm-up); the pool is ready when all are. */
-  async start(): Promise<LoadInfo> {
+  private starting: Promise<LoadInfo> | undefined;
+
+  /** Starts every instance (load + warm-up) once; the pool is ready when all are. */
+  start(): Promise<LoadInfo> {
+    this.starting ??= this.startInstances();
+    return this.starting;
+  }
+
+  private async startInstances(): Promise<LoadInfo> {
     const count = this.spec.config.resources.instances;
     try {
       const infos = await Promise.all(Array.from({ length: count }, (_, i) => this.startSlot(i)));

@@ -112,12 +112,13 @@ export function defineMcpSuite(kind: TransportKind): void {
     it('lists tools with schemas and honest annotations', async () => {
       const { tools } = await client.listTools();
       const byName = new Map(tools.map((t) => [t.name, t]));
-      for (const name of ['list_models', 'describe_model', 'infer']) {
+      for (const name of ['list_models', 'describe_model', 'infer', 'load_model', 'unload_model']) {
         const tool = byName.get(name);
         assert.ok(tool, `${name} is listed`);
         assert.equal(tool.inputSchema.type, 'object');
         assert.ok(tool.outputSchema, `${name} has an output schema`);
-        assert.equal(tool.annotations?.readOnlyHint, true);
+        const changesState = name === 'load_model' || name === 'unload_model';
+        assert.equal(tool.annotations?.readOnlyHint, !changesState, `${name} readOnlyHint`);
       }
     });
 
@@ -261,6 +262,20 @@ export function defineMcpSuite(kind: TransportKind): void {
         [sum[0], sum[96], sum[97], sum[rows * cols - 1]],
         [0.5, 96.5, 0.5, ((rows * cols - 1) % 97) + 0.5],
       );
+    });
+
+    it('unloads a model, loads it again on demand, and loads it explicitly', async () => {
+      const unloaded = await call(client, 'unload_model', { model: 'typed' });
+      assert.notEqual(unloaded.isError, true, unloaded.content[0]?.text);
+      assert.equal((unloaded.structuredContent as { versions: { state: string }[] }).versions[0]?.state, 'unloaded');
+      const again = await infer(client, { model: 'typed', inputs: { x: [[1, 2, 3]] } });
+      assert.equal(again.outputs[0]?.dtype, 'float64');
+      await call(client, 'unload_model', { model: 'typed' });
+      const loaded = await call(client, 'load_model', { model: 'typed' });
+      assert.equal((loaded.structuredContent as { versions: { state: string }[] }).versions[0]?.state, 'ready');
+      const missing = await call(client, 'load_model', { model: 'typed', version: '9' });
+      assert.equal(missing.isError, true);
+      assert.match(missing.content[0]?.text ?? '', /^VERSION_NOT_FOUND/);
     });
 
     it('returns several named outputs of different dtypes, and non-float inputs', async () => {

@@ -78,7 +78,7 @@ async function waitForModels(client: Client, timeoutMs: number): Promise<void> {
     const models = (result.structuredContent as { models: { versions: { state: string }[] }[] }).models;
     if (
       models.length > 0 &&
-      models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'not_loaded'))
+      models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'unloaded'))
     ) {
       return;
     }
