@@ -3,6 +3,7 @@ import { VERSION } from '../version.js';
 import { runInfer } from './infer.js';
 import { runModels } from './models.js';
 import { runRegister } from './register.js';
+import { callServerTool, DEFAULT_URL } from './remote.js';
 import { runServe } from './serve.js';
 
 /** The tensorgate command line. Each command lives in its own file; this one only wires them up. */
@@ -27,6 +28,8 @@ const program = new Command()
   .name('tensorgate')
   .description('Serve PyTorch models to AI agents over MCP, with tensors moved as raw bytes.')
   .version(VERSION)
+  // Global options go before the command, so commands may reuse names such as --version.
+  .enablePositionalOptions()
   .option('--models <dir>', 'model repository folder', 'models')
   .option('--registry <file>', 'SQLite registry file', '.tensorgate/registry.db')
   .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, []);
@@ -38,6 +41,7 @@ program
   .option('--http <port>', 'serve MCP Streamable HTTP at http://HOST:PORT/mcp', port)
   .option('--host <host>', 'address to bind for --http', '127.0.0.1')
   .option('--max-body-mb <n>', 'largest MCP request over HTTP, in MiB (inline tensors)', positive, 64)
+  .option('--memory-budget-mb <n>', 'memory all loaded models may use (resources.memory_mb x instances)', positive)
   .addHelpText('after', '\nWith neither --stdio nor --http, serves HTTP on port 8765.')
   .action((opts) => runServe(program.opts(), opts));
 
@@ -46,6 +50,21 @@ program
   .description('validate a model folder, load it in a worker, warm it up and record it in the registry')
   .argument('<dir>', 'model folder holding config.json and version folders')
   .action((dir: string) => runRegister(program.opts(), dir));
+
+for (const [command, tool, what] of [
+  ['load', 'load_model', 'load a model version into a running server and wait until it is ready'],
+  ['unload', 'unload_model', "stop a model's workers in a running server (it stays registered)"],
+] as const) {
+  program
+    .command(command)
+    .description(what)
+    .argument('<model>', 'model name')
+    .option('--version <v>', command === 'load' ? 'version (default: the model default)' : 'version (default: all)')
+    .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
+    .action((model: string, opts: { version?: string; url: string }) =>
+      callServerTool(opts.url, tool, { model, ...(opts.version ? { version: opts.version } : {}) }),
+    );
+}
 
 program
   .command('models')

@@ -7,12 +7,16 @@ export interface ServeOptions {
   http?: number;
   host: string;
   maxBodyMb: number;
+  memoryBudgetMb?: number;
 }
 
 export const DEFAULT_HTTP_PORT = 8765;
 
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
-  const gateway = openGateway(global, { maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024) });
+  const gateway = openGateway(global, {
+    maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024),
+    ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
+  });
   let closeTransport: () => Promise<void> = async () => {};
   let stopping = false;
   const shutdown = async (signal: string) => {

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { cpSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
+import { waitForUrl } from '../helpers/mcp.js';
 import { ensureTestModels, ROOT } from '../helpers/models.js';
 
 /** The `tensorgate` command line as a user runs it: register, models, infer, with real workers. */
@@ -49,6 +50,30 @@ describe('tensorgate CLI', { timeout: 300_000 }, () => {
     assert.match(stdout, /timings ms: total [\d.]+ \(decode [\d.]+, queue [\d.]+, transfer [\d.]+, compute [\d.]+/);
     const { stdout: json } = await tg('infer', 'tabular-classifier', '-i', 'features=[[5.0,3.4,1.5,0.2]]', '--json');
     assert.deepEqual(JSON.parse(json).outputs[0].shape, [1, 3]);
+  });
+
+  it('loads and unloads models in a running server', async () => {
+    const work = mkdtempSync(join(tmpdir(), 'tg-cli-serve-'));
+    cpSync(join(models, 'adder'), join(work, 'models', 'adder'), { recursive: true });
+    const server = spawn(
+      process.execPath,
+      [CLI, '--models', join(work, 'models'), '--registry', join(work, 'r.db'), 'serve', '--http', '0'],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    try {
+      const url = await waitForUrl(server);
+      const unloaded = await tg('unload', 'adder', '--url', url);
+      assert.match(unloaded.stdout, /^adder: v1 unloaded$/m);
+      const loaded = await tg('load', 'adder', '--url', url);
+      assert.match(loaded.stdout, /^adder: v1 ready$/m);
+      await assert.rejects(tg('load', 'adder', '--version', '5', '--url', url), (err: Error & { stderr?: string }) => {
+        assert.match(err.stderr ?? '', /tensorgate: VERSION_NOT_FOUND/);
+        return true;
+      });
+    } finally {
+      server.kill('SIGTERM');
+    }
+    await assert.rejects(tg('load', 'adder', '--url', 'http://127.0.0.1:9/mcp'), /cannot reach a tensorgate server/);
   });
 
   it('fails with the error code and a non-zero status on bad input', async () => {

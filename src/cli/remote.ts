@@ -1,0 +1,33 @@
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { VERSION } from '../version.js';
+import { DEFAULT_HTTP_PORT } from './serve.js';
+
+/** Commands that act on a running server (load, unload) call its MCP tools over HTTP. */
+
+export const DEFAULT_URL = `http://127.0.0.1:${DEFAULT_HTTP_PORT}/mcp`;
+
+export async function callServerTool(url: string, tool: string, args: Record<string, unknown>): Promise<void> {
+  const client = new Client({ name: 'tensorgate-cli', version: VERSION });
+  try {
+    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  } catch (err) {
+    throw new Error(
+      `cannot reach a tensorgate server at ${url} (${(err as Error).message}); start one with \`tensorgate serve\` or pass --url`,
+    );
+  }
+  try {
+    const result = (await client.callTool({ name: tool, arguments: args })) as {
+      isError?: boolean;
+      content: { type: string; text?: string }[];
+    };
+    const text = result.content.map((c) => c.text ?? '').join('\n');
+    if (result.isError) {
+      process.stderr.write(`tensorgate: ${text}\n`);
+      process.exitCode = 1;
+    } else {
+      process.stdout.write(`${text}\n`);
+    }
+  } finally {
+    await client.close();
+  }
+}
