@@ -43,6 +43,24 @@ describe('faults', { timeout: 300_000 }, () => {
     await gateway.close();
   });
 
+  it("spreads requests over a model's instances, each its own worker process", async () => {
+    await gateway.register(
+      variant('sleepy', 'sleepy-x2', (c) => {
+        c.resources = { ...(c.resources as object), instances: 2 };
+      }),
+    );
+    assert.equal(new Set(gateway.poolStats('sleepy-x2', '1')?.pids).size, 2);
+    const calls = [1, 2, 3].map(() => gateway.infer({ model: 'sleepy-x2', inputs: { x } }));
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(
+      [gateway.poolStats('sleepy-x2', '1')?.busy, gateway.poolStats('sleepy-x2', '1')?.queued],
+      [2, 1],
+      'two run at once, the third waits for the first idle instance',
+    );
+    await Promise.all(calls);
+    await gateway.unloadModel('sleepy-x2');
+  });
+
   it('answers QUEUE_FULL at once when the queue is full, and serves the rest', async () => {
     const running = gateway.infer({ model: 'sleepy-q2', inputs: { x } });
     await new Promise((r) => setTimeout(r, 50)); // the first is running, the queue is empty
