@@ -12,6 +12,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { renderBatching } from './batching/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderShmMap } from './shm-map/render.js';
@@ -35,7 +36,11 @@ export interface ResultFile {
 }
 
 type Renderer = (runs: ResultFile[]) => string;
-const RENDERERS: Record<string, Renderer> = { 'mcp-overhead': renderMcpOverhead, 'shm-map': renderShmMap };
+const RENDERERS: Record<string, Renderer> = {
+  'mcp-overhead': renderMcpOverhead,
+  'shm-map': renderShmMap,
+  batching: renderBatching,
+};
 
 function loadResults(dir: string): ResultFile[] {
   if (!existsSync(dir)) return [];
@@ -74,6 +79,7 @@ function main(): void {
     'node --import tsx bench/mcp-overhead/run.ts            # about 1-2 minutes on 2 cores',
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
+    'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

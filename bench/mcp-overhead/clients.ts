@@ -135,7 +135,7 @@ export class McpConnection {
       const result = await this.client.callTool({ name: 'list_models', arguments: {} });
       const models = (result.structuredContent as { models: { name: string; versions: { state: string }[] }[] }).models;
       const image = models.find((m) => m.name === 'image-classifier');
-      if (image && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'not_loaded'))) {
+      if (image && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'unloaded'))) {
         if (!image.versions.some((v) => v.state === 'ready')) throw new Error('image-classifier failed to load');
         return;
       }
