@@ -62,6 +62,7 @@ export class ModelPool {
   private loadInfoValue: LoadInfo | undefined;
   private restarts = 0;
   private batchTimer: NodeJS.Timeout | undefined;
+  private drainScheduled = false;
   private idleWaiters: (() => void)[] = [];
   /** Forward passes by number of rows: how well batching works. */
   private readonly batchSizes = new Map<number, number>();
@@ -158,7 +159,7 @@ export class ModelPool {
       if (job.settled) return; // Already cancelled.
       this.queue.push(job);
       this.lastUsed = performance.now();
-      this.drain();
+      this.requestDrain();
     });
   }
 
@@ -190,6 +191,25 @@ export class ModelPool {
     const info = await instance.start();
     slot.ready = true;
     return info;
+  }
+
+  /**
+   * Batching decides once per event-loop turn: requests that arrive in the same turn (a burst of
+   * callers answered together and resubmitting) are seen together, so a batch is not cut in the
+   * middle of a burst, and callers just answered can join the next batch. Without batching there
+   * is nothing to wait for and the queue is served at once.
+   */
+  private requestDrain(): void {
+    if (!this.spec.config.batching) {
+      this.drain();
+      return;
+    }
+    if (this.drainScheduled) return;
+    this.drainScheduled = true;
+    setImmediate(() => {
+      this.drainScheduled = false;
+      this.drain();
+    });
   }
 
   private drain(closing = false): void {
@@ -268,7 +288,7 @@ export class ModelPool {
         for (const job of jobs) this.running.delete(job);
         slot.busy = false;
         this.lastUsed = performance.now();
-        this.drain();
+        this.requestDrain();
       });
   }
 

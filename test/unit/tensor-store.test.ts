@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { TensorStore } from '../../src/tensor/store.js';
+import { ENTRY_OVERHEAD_BYTES, TensorStore } from '../../src/tensor/store.js';
 import type { Tensor } from '../../src/tensor/tensor.js';
 
 const tensor = (bytes: number): Tensor => ({ dtype: 'uint8', shape: [bytes], data: new Uint8Array(bytes) });
@@ -32,11 +32,17 @@ test('expired handles give HANDLE_NOT_FOUND with a hint', () => {
 });
 
 test('evicts the oldest tensors to stay within the byte budget', () => {
-  const store = new TensorStore(100, 60_000);
+  const store = new TensorStore(100 + 2 * ENTRY_OVERHEAD_BYTES, 60_000);
   const a = store.put(tensor(40), 'a');
   const b = store.put(tensor(40), 'b');
   const c = store.put(tensor(40), 'c');
   assert.throws(() => store.get(a.uri), /unknown or has expired/);
   assert.ok(store.get(b.uri) && store.get(c.uri));
-  assert.equal(store.usedBytes, 80);
+  assert.equal(store.usedBytes, 80 + 2 * ENTRY_OVERHEAD_BYTES);
+});
+
+test('counts what each entry costs beyond its bytes, so tiny outputs cannot grow without bound', () => {
+  const store = new TensorStore(100 * ENTRY_OVERHEAD_BYTES, 60_000);
+  for (let i = 0; i < 10_000; i++) store.put(tensor(12), 'tiny');
+  assert.ok(store.size < 100, `${store.size} entries kept`);
 });
