@@ -1,6 +1,6 @@
 import type { CallToolResult, McpServer, RegisteredTool } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import type { Gateway, InferenceResult } from '../gateway.js';
+import type { Gateway, InferenceResult, ModelSummaryInfo } from '../gateway.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
@@ -164,14 +164,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       outputSchema: ModelOut,
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },
-    async ({ model, version }) => {
-      try {
-        const info = await gateway.loadModel(model, version);
-        return jsonResult(`${model}: ${info.versions.map((v) => `v${v.version} ${v.state}`).join(', ')}`, { ...info });
-      } catch (err) {
-        return errorResult(err);
-      }
-    },
+    async ({ model, version }) => stateResult(model, () => gateway.loadModel(model, version)),
   );
 
   register(
@@ -186,14 +179,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       outputSchema: ModelOut,
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },
-    async ({ model, version }) => {
-      try {
-        const info = await gateway.unloadModel(model, version);
-        return jsonResult(`${model}: ${info.versions.map((v) => `v${v.version} ${v.state}`).join(', ')}`, { ...info });
-      } catch (err) {
-        return errorResult(err);
-      }
-    },
+    async ({ model, version }) => stateResult(model, () => gateway.unloadModel(model, version)),
   );
 
   register(
@@ -216,6 +202,16 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     },
   );
   for (const [name, tool] of tools) shareOutputSchema(name, tool);
+}
+
+/** The answer of load_model / unload_model: each version's state once the change is done. */
+async function stateResult(model: string, change: () => Promise<ModelSummaryInfo>): Promise<CallToolResult> {
+  try {
+    const info = await change();
+    return jsonResult(`${model}: ${info.versions.map((v) => `v${v.version} ${v.state}`).join(', ')}`, { ...info });
+  } catch (err) {
+    return errorResult(err);
+  }
 }
 
 function inferResult(result: InferenceResult): CallToolResult {
