@@ -11,7 +11,7 @@ import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { decodeInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
-import { type InferenceParameters, parseParameters } from './requests/parameters.js';
+import { parseParameters } from './requests/parameters.js';
 import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
 import { TensorStore } from './tensor/store.js';
@@ -155,7 +155,12 @@ export class Gateway {
 
   private async loadVersions(name: string, dir: string, config: ModelConfig): Promise<void> {
     await Promise.all(
-      Object.keys(config.versions).map((version) => this.models.load(name, version, dir, config).catch(() => {})),
+      // A failed load leaves the version failed (or unloaded, when it never started) and is logged.
+      Object.keys(config.versions).map((version) =>
+        this.models
+          .load(name, version, dir, config)
+          .catch((err: unknown) => this.log(`could not load ${name}@${version}: ${(err as Error).message}`)),
+      ),
     );
   }
 
@@ -306,8 +311,6 @@ export class Gateway {
     return dir;
   }
 }
-
-export type { InferenceParameters };
 
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;
