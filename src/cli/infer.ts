@@ -24,8 +24,7 @@ export function parseInputArg(arg: string): [string, unknown] {
 export async function runInfer(global: GlobalOptions, model: string, opts: InferOptions): Promise<void> {
   const gateway = openGateway(global);
   try {
-    const record = gateway.registry.get(model);
-    await gateway.register(record.dir);
+    // Only the requested version is loaded: the request starts its load and waits for it.
     const result = await gateway.infer({
       model,
       version: opts.version,
