@@ -1,8 +1,7 @@
-"""tensorgate's Python side.
-
-Today this is the torch worker that the gateway spawns (``python -m tensorgate.worker``); the
-training SDK will join it here. Everything else lives in private ``_modules`` so that the public
-surface stays what ``__all__`` says.
+"""tensorgate's Python side: the torch worker that the gateway spawns
+(``python -m tensorgate.worker``) and the training SDK (``from tensorgate import train``).
+Everything else lives in private ``_modules`` so that the public surface stays what the public
+modules' ``__all__`` say. Importing this package imports neither torch nor the worker.
 """
 
 __version__ = "0.1.0"
