@@ -12,8 +12,8 @@ bash scripts/setup.sh --test
 step "lint: biome, tsc, ruff"
 npx biome check .
 npx tsc -p tsconfig.test.json
-python3 -m ruff check python scripts test bench
-python3 -m ruff format --check python scripts test bench
+python3 -m ruff check python scripts test bench examples
+python3 -m ruff format --check python scripts test bench examples
 
 step "building the test models"
 export TENSORGATE_TEST_MODELS="$PWD/.tensorgate/test-models"

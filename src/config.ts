@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 
 /** Server-wide settings. Every limit here exists so that one bad call cannot hurt the next one. */
@@ -27,6 +28,17 @@ export interface GatewayConfig {
   arrayHintElements: number;
   /** Largest MCP request body accepted over HTTP (inline b64 or arrays); larger ones get 413. */
   maxHttpBodyBytes: number;
+  /** Where training runs (tensorgate.train) put their run files; trainers read TENSORGATE_RUNS_DIR. */
+  runsDir: string;
+  /** Append-only JSON-lines audit log of changes made through the server. */
+  auditLogPath: string;
+}
+
+/** The runs directory trainers and servers agree on unless told otherwise (tensorgate.train uses the same rule). */
+export function defaultRunsDir(): string {
+  return (
+    process.env.TENSORGATE_RUNS_DIR || (existsSync('/dev/shm') ? '/dev/shm/tensorgate-runs' : '/tmp/tensorgate-runs')
+  );
 }
 
 export function defaultConfig(cwd = process.cwd()): GatewayConfig {
@@ -43,5 +55,7 @@ export function defaultConfig(cwd = process.cwd()): GatewayConfig {
     shutdownGraceMs: 10_000,
     arrayHintElements: 1024,
     maxHttpBodyBytes: 64 * 1024 * 1024,
+    runsDir: defaultRunsDir(),
+    auditLogPath: resolve(cwd, '.tensorgate', 'audit.jsonl'),
   };
 }

@@ -35,6 +35,18 @@ export const ERROR_CODES = {
   },
   QUEUE_FULL: { status: 429, summary: 'Too many requests are waiting for this model; retry after a short wait.' },
   SHUTTING_DOWN: { status: 503, summary: 'The server is stopping and takes no new requests.' },
+  RUN_NOT_FOUND: { status: 404, summary: 'No training run with that id is in the runs directory.' },
+  UNKNOWN_HYPERPARAMETER: { status: 400, summary: 'The run did not declare a hyperparameter of that name.' },
+  INVALID_HYPERPARAMETER: {
+    status: 400,
+    summary: "A hyperparameter value has the wrong type, is not finite, or lies outside the run's declared range.",
+  },
+  RUN_EXITED: { status: 409, summary: 'The run has stopped, finished or its process is gone; it takes no commands.' },
+  RUN_FILE_CORRUPT: { status: 422, summary: 'A run file is truncated or not a tensorgate run file.' },
+  RUN_CONTROLLED_ELSEWHERE: {
+    status: 409,
+    summary: 'Another tensorgate server on this runs directory controls the runs; this one only observes.',
+  },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
+import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
 import type { Engine } from './engines/engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
@@ -17,6 +18,7 @@ import type { ModelPool } from './scheduler/model-pool.js';
 import { TensorStore } from './tensor/store.js';
 import { describeSummary, summarizeTensor, type TensorSummary } from './tensor/summary.js';
 import { numel } from './tensor/tensor.js';
+import { TrainingControl } from './training/training-control.js';
 
 /**
  * The core every adapter (MCP, CLI, later HTTP/OIP v2) talks to: the registry, the running model
@@ -76,6 +78,9 @@ export interface ModelSummaryInfo {
 export class Gateway {
   readonly registry: Registry;
   readonly store: TensorStore;
+  readonly audit: AuditLog;
+  /** Training runs in the runs directory; `serve` starts its polling, other commands query on demand. */
+  readonly training: TrainingControl;
   private readonly models: ModelManager;
   private readonly configs = new Map<string, ModelConfig>();
   private readonly dirs = new Map<string, string>();
@@ -91,6 +96,8 @@ export class Gateway {
     if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`);
     this.registry = new Registry(config.registryPath);
     this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
+    this.audit = new AuditLog(config.auditLogPath);
+    this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.models = new ModelManager({
       engines: new Map<string, Engine>([['torch', new TorchEngine({ onLog: log })]]),
       maxQueue: config.maxQueue,
@@ -271,6 +278,7 @@ export class Gateway {
   async close(graceMs = this.config.shutdownGraceMs): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.training.close();
     await this.models.closeAll(graceMs);
     this.registry.close();
   }

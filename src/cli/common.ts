@@ -6,12 +6,16 @@ export interface GlobalOptions {
   models: string;
   registry: string;
   allowRoot: string[];
+  runsDir?: string;
+  auditLog?: string;
 }
 
 export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}): GatewayConfig {
   const config = { ...defaultConfig(), ...overrides };
   config.modelsDir = resolve(opts.models);
   config.registryPath = resolve(opts.registry);
+  if (opts.runsDir) config.runsDir = resolve(opts.runsDir);
+  if (opts.auditLog) config.auditLogPath = resolve(opts.auditLog);
   if (opts.allowRoot.length > 0) config.allowedRoots = opts.allowRoot.map((r) => resolve(r));
   // MCP clients often start servers in "/": never let that silently open the whole file system.
   else if (process.cwd() === '/') config.allowedRoots = [];

@@ -32,7 +32,9 @@ const program = new Command()
   .enablePositionalOptions()
   .option('--models <dir>', 'model repository folder', 'models')
   .option('--registry <file>', 'SQLite registry file', '.tensorgate/registry.db')
-  .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, []);
+  .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, [])
+  .option('--runs-dir <dir>', 'training runs directory (default: $TENSORGATE_RUNS_DIR or /dev/shm/tensorgate-runs)')
+  .option('--audit-log <file>', 'append-only audit log of changes', '.tensorgate/audit.jsonl');
 
 program
   .command('serve')

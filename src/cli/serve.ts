@@ -17,6 +17,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024),
     ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
   });
+  gateway.training.start();
   let closeTransport: () => Promise<void> = async () => {};
   let stopping = false;
   const shutdown = async (signal: string) => {

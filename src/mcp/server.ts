@@ -3,6 +3,7 @@ import type { Gateway } from '../gateway.js';
 import { VERSION } from '../version.js';
 import { registerResources } from './resources.js';
 import { registerTools } from './tools.js';
+import { registerTrainingTools } from './training-tools.js';
 
 /** Builds the MCP server over a Gateway. Cheap: HTTP builds one per request, stdio one per process. */
 export function createMcpServer(gateway: Gateway): McpServer {
@@ -10,10 +11,11 @@ export function createMcpServer(gateway: Gateway): McpServer {
     { name: 'tensorgate', version: VERSION },
     {
       instructions:
-        'tensorgate serves PyTorch models. Call list_models, then describe_model to learn input names, dtypes and shapes, then infer. Outputs come back as summaries plus tensor:// handles you can pass as later inputs.',
+        'tensorgate serves PyTorch models. Call list_models, then describe_model to learn input names, dtypes and shapes, then infer. Outputs come back as summaries plus tensor:// handles you can pass as later inputs. Training runs attached with tensorgate.train: list_runs, get_run, then set_hyperparameters or control_run.',
     },
   );
   registerTools(server, gateway);
   registerResources(server, gateway);
+  registerTrainingTools(server, gateway.training);
   return server;
 }

@@ -1,9 +1,10 @@
-import type { CallToolResult, McpServer, RegisteredTool } from '@modelcontextprotocol/server';
+import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway, InferenceResult, ModelSummaryInfo } from '../gateway.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
+import { schemaSharingRegistrar } from './output-schemas.js';
 import { errorResult, jsonResult } from './results.js';
 
 /** The tools an agent sees. Each is a thin mapping onto the Gateway; features live in the core. */
@@ -69,25 +70,8 @@ const InferOut = z.object({
   notes: z.array(z.string()),
 });
 
-/**
- * Over HTTP a server is built per request, and the SDK converts a tool's output schema to JSON
- * Schema lazily per registered tool, so every call would convert it again (~0.2 ms for infer).
- * The schemas never change: convert each once per process and hand the result to every server.
- */
-const outputSchemaJson = new Map<string, Record<string, unknown> | undefined>();
-
-function shareOutputSchema(name: string, tool: RegisteredTool): void {
-  if (outputSchemaJson.has(name)) tool.outputSchemaJson = outputSchemaJson.get(name);
-  else outputSchemaJson.set(name, tool.outputSchemaJson);
-}
-
 export function registerTools(server: McpServer, gateway: Gateway): void {
-  const tools: [string, RegisteredTool][] = [];
-  const register: McpServer['registerTool'] = (name: string, config: never, cb: never) => {
-    const tool = server.registerTool(name, config, cb);
-    tools.push([name, tool]);
-    return tool;
-  };
+  const register = schemaSharingRegistrar(server);
   register(
     'list_models',
     {
@@ -201,7 +185,6 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       }
     },
   );
-  for (const [name, tool] of tools) shareOutputSchema(name, tool);
 }
 
 /** The answer of load_model / unload_model: each version's state once the change is done. */
