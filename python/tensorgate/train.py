@@ -272,6 +272,11 @@ class Run:
         file.step_view[self._step_word] = step
         if file.control_view[CONTROL_SEQ_WORD] != self._seen_seq or self._busy:
             self._apply_slow(step, optimizer, scheduler)
+        pinned = self._pinned_values
+        if pinned and optimizer is not None:
+            # "override": the agent's values win over a scheduler that changed them since.
+            for group in optimizer.param_groups:
+                group.update(pinned)
 
     def _apply_slow(self, step: int, optimizer: Any, scheduler: Any) -> None:
         if self._file.control_seq() != self._seen_seq:
@@ -283,14 +288,10 @@ class Run:
                 self._apply_due(step, optimizer, scheduler, None)
         elif self._calls % self._sync_every == 0:
             self._agree(step, optimizer, scheduler)
-        if self._pinned_values and optimizer is not None:
-            for group in optimizer.param_groups:
-                group.update(self._pinned_values)
         if self._paused and not self._should_stop:
             self._wait_while_paused(step, optimizer, scheduler)
         # Stay on the slow path while anything may need a look next step.
-        pending = self._staged or self._queue or self._pinned_values or self._paused
-        self._busy = bool(pending) or self._dist is not None
+        self._busy = bool(self._staged or self._queue or self._paused) or self._dist is not None
 
     def close(self) -> None:
         """Marks the run finished. Called at interpreter exit too; safe to call twice."""
