@@ -16,6 +16,7 @@ import { renderBatching } from './batching/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderShmMap } from './shm-map/render.js';
+import { renderTraining } from './training/render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -40,6 +41,7 @@ const RENDERERS: Record<string, Renderer> = {
   'mcp-overhead': renderMcpOverhead,
   'shm-map': renderShmMap,
   batching: renderBatching,
+  training: renderTraining,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -80,6 +82,7 @@ function main(): void {
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',
+    'node --import tsx bench/training/run.ts                # about 2 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',
