@@ -2,7 +2,8 @@
 # Sets up a checkout on a fresh Debian 12 machine: PyTorch for the system Python, the Node
 # packages, the compiled CLI, and the demo models. Idempotent: steps already done are skipped.
 #   scripts/setup.sh          what serving needs
-#   scripts/setup.sh --test   also what the tests need (pytest, ruff, the third-party MCP checkers)
+#   scripts/setup.sh --test   also what the tests need (pytest, ruff, the third-party MCP checkers,
+#                             tritonclient in its own venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,5 +50,6 @@ if [[ $want_test == 1 ]]; then
   step "installing test tools"
   python3 -m ruff --version 2>/dev/null | grep -q "0.17.6" || python3 -m pip install --quiet ruff==0.17.6
   bash scripts/install-test-tools.sh
+  bash scripts/install-python-clients.sh
 fi
 step "set-up done"

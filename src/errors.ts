@@ -22,6 +22,11 @@ export const ERROR_CODES = {
   FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },
   HANDLE_NOT_FOUND: { status: 404, summary: 'A tensor:// handle is unknown or has expired.' },
   BAD_PARAMETER: { status: 400, summary: 'A request parameter is unknown or has a value the model does not offer.' },
+  INVALID_REQUEST: {
+    status: 400,
+    summary: 'The request breaks its protocol: malformed JSON, a missing field, header lengths that do not add up.',
+  },
+  UNKNOWN_OUTPUT: { status: 400, summary: 'An output asked for is not declared by the model.' },
   INVALID_CONFIG: { status: 400, summary: 'A model config does not match the model repository schema.' },
   UNSUPPORTED_FORMAT: { status: 400, summary: 'The model format is not supported by the installed runtime.' },
   LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
-import type { Engine } from './engines/engine.js';
+import type { Engine, NamedTensor } from './engines/engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
@@ -10,11 +10,12 @@ import { tgError } from './errors.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
 import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
-import { decodeInputs } from './requests/decode-inputs.js';
+import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
 import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
+import type { TensorSource } from './tensor/source.js';
 import { TensorStore } from './tensor/store.js';
 import { describeSummary, summarizeTensor, type TensorSummary } from './tensor/summary.js';
 import { numel } from './tensor/tensor.js';
@@ -55,6 +56,25 @@ export interface InferenceResult {
   outputs: OutputResult[];
   timings: StageTimings;
   notes: string[];
+}
+
+export interface TensorInferenceRequest {
+  model: string;
+  version?: string;
+  request_id?: string;
+  parameters?: Record<string, unknown>;
+  /** Inputs by name, already decoded by the adapter. */
+  inputs: Map<string, TensorSource>;
+  form: InputForm;
+}
+
+export interface TensorInferenceResult {
+  request_id: string;
+  model: string;
+  version: string;
+  batch_size: number;
+  outputs: NamedTensor[];
+  timings: StageTimings;
 }
 
 export interface VersionStatus {
@@ -109,6 +129,11 @@ export class Gateway {
         else this.registry.setVersionStatus(name, version, 'failed', { error: error?.message ?? 'unknown' });
       },
     });
+  }
+
+  /** True once close() has begun: no new requests are taken. */
+  get closing(): boolean {
+    return this.closed;
   }
 
   /**
@@ -219,29 +244,14 @@ export class Gateway {
   }
 
   async infer(request: InferenceRequest, options: { signal?: AbortSignal } = {}): Promise<InferenceResult> {
-    if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
-    const start = performance.now();
-    const requestId = request.request_id ?? randomUUID();
-    const config = this.modelConfig(request.model);
-    const version = request.version ?? defaultVersion(config);
-    const pool = this.poolFor(config, version);
-    const parameters = parseParameters(request.parameters, config);
-
-    const decodeStart = performance.now();
-    const inputs = decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store });
-    const decodeMs = performance.now() - decodeStart;
-
-    const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
-    const response = await pool.infer(
-      { inputs, precision: parameters.precision as Precision },
-      { timeoutMs, signal: options.signal },
+    const run = await this.execute(request, options.signal, (config) =>
+      decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store }),
     );
-
     const encodeStart = performance.now();
-    const outputs = response.outputs.map(({ name, tensor }) => {
-      const spec = config.outputs.find((o) => o.name === name);
-      const summary = summarizeTensor(tensor, { labels: spec?.labels, topK: parameters.top_k });
-      const stored = this.store.put(tensor, `${config.name}@${version}:${name}`);
+    const outputs = run.outputs.map(({ name, tensor }) => {
+      const spec = run.config.outputs.find((o) => o.name === name);
+      const summary = summarizeTensor(tensor, { labels: spec?.labels, topK: run.topK });
+      const stored = this.store.put(tensor, `${run.config.name}@${run.version}:${name}`);
       return {
         name,
         dtype: tensor.dtype,
@@ -251,23 +261,80 @@ export class Gateway {
         text: describeSummary(name, summary),
       };
     });
-    const end = performance.now();
+    return {
+      request_id: run.request_id,
+      model: run.model,
+      version: run.version,
+      batch_size: run.batch_size,
+      outputs,
+      timings: run.finish(encodeStart),
+      notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),
+    };
+  }
+
+  /**
+   * Inference on inputs an adapter has already decoded (OIP v2), returning the output tensors
+   * themselves for the adapter to encode; `encode_ms` is left for it to measure and add.
+   */
+  async inferTensors(
+    request: TensorInferenceRequest,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<TensorInferenceResult> {
+    const run = await this.execute(request, options.signal, (config) =>
+      preparedInputs(config.inputs, request.inputs, request.form),
+    );
+    return {
+      request_id: run.request_id,
+      model: run.model,
+      version: run.version,
+      batch_size: run.batch_size,
+      outputs: run.outputs,
+      timings: run.finish(performance.now()),
+    };
+  }
+
+  /** decode -> queue -> engine, timed; what every inference adapter shares. */
+  private async execute(
+    request: { model: string; version?: string; request_id?: string; parameters?: Record<string, unknown> },
+    signal: AbortSignal | undefined,
+    decode: (config: ModelConfig) => DecodedInput[],
+  ) {
+    if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
+    const start = performance.now();
+    const requestId = request.request_id ?? randomUUID();
+    const config = this.modelConfig(request.model);
+    const version = request.version ?? defaultVersion(config);
+    const pool = this.poolFor(config, version);
+    const parameters = parseParameters(request.parameters, config);
+
+    const decodeStart = performance.now();
+    const inputs = decode(config);
+    const decodeMs = performance.now() - decodeStart;
+
+    const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
+    const response = await pool.infer({ inputs, precision: parameters.precision as Precision }, { timeoutMs, signal });
     return {
       request_id: requestId,
       model: config.name,
       version,
+      config,
+      inputs,
+      topK: parameters.top_k,
       batch_size: response.batchSize,
-      outputs,
-      timings: {
-        // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
-        decode_ms: round(decodeMs + response.timings.fillMs),
-        queue_ms: round(response.queueMs),
-        transfer_ms: round(response.timings.transferMs),
-        compute_ms: round(response.timings.computeMs),
-        encode_ms: round(end - encodeStart),
-        total_ms: round(end - start),
+      outputs: response.outputs,
+      /** The stage timings, with encoding counted from `encodeStart` to now. */
+      finish: (encodeStart: number): StageTimings => {
+        const end = performance.now();
+        return {
+          // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
+          decode_ms: round(decodeMs + response.timings.fillMs),
+          queue_ms: round(response.queueMs),
+          transfer_ms: round(response.timings.transferMs),
+          compute_ms: round(response.timings.computeMs),
+          encode_ms: round(end - encodeStart),
+          total_ms: round(end - start),
+        };
       },
-      notes: arrayInputNotes(inputs, this.config.arrayHintElements),
     };
   }
 

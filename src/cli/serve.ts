@@ -1,4 +1,4 @@
-import { serveHttp } from '../mcp/http.js';
+import { serveHttp } from '../http/server.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 
@@ -45,7 +45,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   }
   const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host);
   closeTransport = handle.close;
-  stderrLogger(`MCP Streamable HTTP at ${handle.url}; loading models`);
+  stderrLogger(`MCP Streamable HTTP at ${handle.url}, OIP v2 at http://${handle.oipUrl}/v2; loading models`);
   await gateway.loadAll();
   stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);
 }

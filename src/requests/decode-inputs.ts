@@ -21,7 +21,7 @@ import { TENSOR_INPUT_FORMS } from './inference-request.js';
  * Every failure names the input, says what was expected, and says how to fix the call.
  */
 
-export type InputForm = 'array' | 'b64' | 'path' | 'handle';
+export type InputForm = 'array' | 'b64' | 'path' | 'handle' | 'binary';
 
 export interface DecodedInput extends NamedInput {
   form: InputForm;
@@ -34,8 +34,28 @@ export interface DecodeContext {
 }
 
 export function decodeInputs(specs: TensorSpec[], inputs: Record<string, unknown>, ctx: DecodeContext): DecodedInput[] {
+  return checkedInputs(specs, Object.keys(inputs), (spec) => decodeOne(spec, inputs[spec.name], ctx));
+}
+
+/**
+ * Inputs an adapter has already decoded (OIP v2 JSON data or binary body slices): the same name,
+ * dtype and shape checks as every other form, so each error reads the same whichever way in.
+ */
+export function preparedInputs(
+  specs: TensorSpec[],
+  inputs: Map<string, TensorSource>,
+  form: InputForm,
+): DecodedInput[] {
+  return checkedInputs(specs, [...inputs.keys()], (spec) => ({ form, tensor: inputs.get(spec.name) as TensorSource }));
+}
+
+function checkedInputs(
+  specs: TensorSpec[],
+  given: string[],
+  decode: (spec: TensorSpec) => { form: InputForm; tensor: TensorSource },
+): DecodedInput[] {
   const declared = new Set(specs.map((s) => s.name));
-  for (const name of Object.keys(inputs)) {
+  for (const name of given) {
     if (!declared.has(name)) {
       throw tgError('UNKNOWN_INPUT', `input "${name}" is not declared by this model; it takes ${listSpecs(specs)}`, {
         input: name,
@@ -43,14 +63,15 @@ export function decodeInputs(specs: TensorSpec[], inputs: Record<string, unknown
       });
     }
   }
+  const present = new Set(given);
   return specs.map((spec) => {
-    if (!Object.hasOwn(inputs, spec.name)) {
+    if (!present.has(spec.name)) {
       throw tgError('MISSING_INPUT', `input "${spec.name}" is missing; this model takes ${listSpecs(specs)}`, {
         input: spec.name,
       });
     }
     const start = performance.now();
-    const { form, tensor } = decodeOne(spec, inputs[spec.name], ctx);
+    const { form, tensor } = decode(spec);
     const checked = conformToSpec(spec, namedFill(tensor, spec.name));
     return { name: spec.name, tensor: checked, form, decodeMs: performance.now() - start };
   });

@@ -1,0 +1,204 @@
+import type { NamedTensor } from '../engines/engine.js';
+import { tgError } from '../errors.js';
+import type { TensorInferenceResult } from '../gateway.js';
+import type { InputForm } from '../requests/decode-inputs.js';
+import { fromNestedArray } from '../tensor/nested.js';
+import { type TensorSource, tensorSource } from '../tensor/source.js';
+import { checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
+import { dtypeOf, oipDatatype } from './datatypes.js';
+
+/**
+ * The OIP v2 infer request and response, JSON and with the binary tensor data extension: a JSON
+ * header of `Inference-Header-Content-Length` bytes, then each binary tensor's raw bytes in order.
+ * Binary inputs stay views of the request body until the engine copies them into shared memory.
+ */
+
+export const HEADER_LENGTH = 'inference-header-content-length';
+
+export interface RequestedOutput {
+  name: string;
+  binary: boolean;
+}
+
+export interface OipInferRequest {
+  id?: string;
+  /** tensorgate's own parameters (precision, timeout_ms), picked out of the request's. */
+  parameters: Record<string, unknown>;
+  inputs: Map<string, TensorSource>;
+  form: InputForm;
+  /** The outputs asked for; null: every output, binary when `binary_data_output` says so. */
+  outputs: RequestedOutput[] | null;
+  binaryOutputs: boolean;
+}
+
+export interface DecodeLimits {
+  maxArrayElements: number;
+}
+
+function invalid(message: string, data: Record<string, unknown> = {}) {
+  return tgError('INVALID_REQUEST', message, data);
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+export function parseInferRequest(
+  body: Buffer,
+  headerLength: string | string[] | undefined,
+  limits: DecodeLimits,
+): OipInferRequest {
+  let jsonEnd = body.length;
+  if (headerLength !== undefined) {
+    const n = Number(headerLength);
+    if (typeof headerLength !== 'string' || !Number.isSafeInteger(n) || n < 0)
+      throw invalid(`Inference-Header-Content-Length ${JSON.stringify(headerLength)} is not a byte count`);
+    if (n > body.length)
+      throw invalid(`Inference-Header-Content-Length is ${n} but the body has only ${body.length} bytes`);
+    jsonEnd = n;
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString('utf8', 0, jsonEnd));
+  } catch (err) {
+    throw invalid(`the request is not valid JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(json)) throw invalid('the request must be a JSON object with "inputs"');
+  if (!Array.isArray(json.inputs) || json.inputs.length === 0)
+    throw invalid('"inputs" must be a non-empty list of {name, shape, datatype, data}');
+  const parameters = isObject(json.parameters) ? json.parameters : {};
+  if (json.parameters !== undefined && !isObject(json.parameters)) throw invalid('"parameters" must be an object');
+
+  const inputs = new Map<string, TensorSource>();
+  let cursor = jsonEnd;
+  let binary = false;
+  for (const [i, input] of json.inputs.entries()) {
+    if (!isObject(input) || typeof input.name !== 'string')
+      throw invalid(`inputs[${i}] must be an object with a "name"`);
+    const name = input.name;
+    if (inputs.has(name)) throw invalid(`input "${name}" is given twice`);
+    const dtype = dtypeOf(input.datatype);
+    if (typeof dtype === 'object')
+      throw tgError('BAD_TENSOR', `input "${name}": ${dtype.reason}`, { input: name, datatype: input.datatype });
+    try {
+      checkShape(input.shape);
+    } catch (err) {
+      throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
+    }
+    const shape = input.shape as number[];
+    const size = isObject(input.parameters) ? input.parameters.binary_data_size : undefined;
+    if (size !== undefined) {
+      if (input.data !== undefined) throw invalid(`input "${name}" has both "data" and binary_data_size`);
+      if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0)
+        throw invalid(`input "${name}": binary_data_size must be a byte count`);
+      if (cursor + size > body.length)
+        throw invalid(
+          `input "${name}": binary_data_size ${size} reaches past the end of the body (${body.length - cursor} bytes left)`,
+          { input: name },
+        );
+      const bytes = body.subarray(cursor, cursor + size);
+      cursor += size;
+      binary = true;
+      try {
+        inputs.set(name, tensorSource(makeTensor(dtype, shape, bytes)));
+      } catch (err) {
+        throw tgError('BYTE_LENGTH_MISMATCH', `input "${name}": ${(err as Error).message}`, { input: name });
+      }
+      continue;
+    }
+    if (input.data === undefined)
+      throw invalid(`input "${name}" has neither "data" nor parameters.binary_data_size`, { input: name });
+    const elements = numel(shape);
+    if (elements > limits.maxArrayElements)
+      throw tgError(
+        'INPUT_TOO_LARGE',
+        `input "${name}": ${elements} elements as JSON is over the ${limits.maxArrayElements} limit; send it as binary data`,
+        { input: name },
+      );
+    const tensor = fromNestedArray(input.data, dtype, { maxElements: limits.maxArrayElements });
+    if (numel(tensor.shape) !== elements)
+      throw tgError(
+        'BAD_TENSOR',
+        `input "${name}": "data" holds ${numel(tensor.shape)} values but shape [${shape.join(', ')}] needs ${elements}`,
+        { input: name },
+      );
+    inputs.set(name, tensorSource({ ...tensor, shape }));
+  }
+  if (cursor !== body.length)
+    throw invalid(
+      `the body has ${body.length - cursor} bytes after the last input's binary data; binary_data_size must account for every byte`,
+    );
+
+  let outputs: RequestedOutput[] | null = null;
+  const binaryOutputs = parameters.binary_data_output === true;
+  if (json.outputs !== undefined) {
+    if (!Array.isArray(json.outputs)) throw invalid('"outputs" must be a list of {name, parameters}');
+    outputs = json.outputs.map((output, i) => {
+      if (!isObject(output) || typeof output.name !== 'string')
+        throw invalid(`outputs[${i}] must be an object with a "name"`);
+      const flag = isObject(output.parameters) ? output.parameters.binary_data : undefined;
+      return { name: output.name, binary: typeof flag === 'boolean' ? flag : binaryOutputs };
+    });
+  }
+  return {
+    ...(typeof json.id === 'string' ? { id: json.id } : {}),
+    parameters: tensorgateParameters(parameters),
+    inputs,
+    form: binary ? 'binary' : 'array',
+    outputs,
+    binaryOutputs,
+  };
+}
+
+/**
+ * OIP parameters are open-ended (clients send their own, e.g. Triton's binary_data_output or
+ * priority): keep tensorgate's and map Triton's `timeout` (µs); leave the rest to the protocol.
+ */
+function tensorgateParameters(parameters: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (parameters.precision !== undefined) out.precision = parameters.precision;
+  if (parameters.timeout_ms !== undefined) out.timeout_ms = parameters.timeout_ms;
+  else if (typeof parameters.timeout === 'number' && parameters.timeout > 0)
+    out.timeout_ms = Math.max(1, Math.round(parameters.timeout / 1000));
+  return out;
+}
+
+export interface EncodedResponse {
+  headers: Record<string, string | number>;
+  body: Buffer;
+}
+
+/** The response: JSON, or a JSON header followed by the binary outputs in order. */
+export function encodeInferResponse(
+  result: TensorInferenceResult,
+  request: Pick<OipInferRequest, 'id' | 'outputs' | 'binaryOutputs'>,
+  extraParameters: Record<string, number | string | boolean>,
+): EncodedResponse {
+  const byName = new Map<string, NamedTensor>(result.outputs.map((o) => [o.name, o]));
+  const wanted = request.outputs ?? result.outputs.map((o) => ({ name: o.name, binary: request.binaryOutputs }));
+  const tails: Uint8Array[] = [];
+  const outputs = wanted.map(({ name, binary }) => {
+    const tensor = (byName.get(name) as NamedTensor).tensor;
+    const head = { name, datatype: oipDatatype(tensor.dtype), shape: tensor.shape };
+    if (binary) {
+      tails.push(tensor.data);
+      return { ...head, parameters: { binary_data_size: tensor.data.byteLength } };
+    }
+    const values = toNumbers(tensor);
+    return { ...head, data: tensor.dtype === 'bool' ? Array.from(values, (v) => v !== 0) : Array.from(values) };
+  });
+  const json = Buffer.from(
+    JSON.stringify({
+      model_name: result.model,
+      model_version: result.version,
+      ...(request.id !== undefined ? { id: request.id } : {}),
+      parameters: extraParameters,
+      outputs,
+    }),
+  );
+  if (tails.length === 0) return { headers: { 'content-type': 'application/json' }, body: json };
+  return {
+    headers: { 'content-type': 'application/octet-stream', [HEADER_LENGTH]: json.length },
+    body: Buffer.concat([json, ...tails]),
+  };
+}

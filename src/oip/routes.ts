@@ -1,0 +1,186 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { HTTPVersion, Instance } from 'find-my-way';
+import { asTensorgateError, tgError } from '../errors.js';
+import type { Gateway } from '../gateway.js';
+import { defaultVersion } from '../registry/model-config.js';
+import { VERSION } from '../version.js';
+import { oipDatatype } from './datatypes.js';
+import { encodeInferResponse, HEADER_LENGTH, parseInferRequest } from './infer-codec.js';
+
+/**
+ * Open Inference Protocol v2 REST (the KServe v2 / Triton HTTP protocol) over the Gateway: health,
+ * server and model metadata, readiness, infer (JSON and binary tensor data), and the model
+ * repository extension. Every failure is the protocol's error body, `{"error": "CODE: message"}`,
+ * with the code's HTTP status; the server goes on serving.
+ */
+
+type Params = Record<string, string | undefined>;
+type Handler = (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void;
+
+export const OIP_EXTENSIONS = ['binary_tensor_data', 'model_repository'];
+
+function send(res: ServerResponse, status: number, body?: unknown): void {
+  if (body === undefined) {
+    res.writeHead(status, { 'content-length': 0 }).end();
+    return;
+  }
+  const json = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
+}
+
+function sendError(res: ServerResponse, err: unknown): void {
+  const error = asTensorgateError(err);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  send(res, error.status, { error: `${error.code}: ${error.message}` });
+}
+
+/** The whole body, up to `limit` bytes (INPUT_TOO_LARGE past it). */
+async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limit) throw tooLarge(limit);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw tooLarge(limit);
+    chunks.push(chunk as Buffer);
+  }
+  return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size);
+}
+
+function tooLarge(limit: number) {
+  return tgError(
+    'INPUT_TOO_LARGE',
+    `the request body is over the ${limit}-byte limit; start the server with a larger --max-body-mb`,
+    { limit },
+  );
+}
+
+export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gateway): void {
+  const on = (method: 'GET' | 'POST', path: string, handler: Handler) => {
+    router.on(method, path, (req, res, params) => {
+      // async: a handler that throws before its first await is answered like any other failure.
+      (async () => handler(req, res, params))().catch((err: unknown) => {
+        // A body left unread would otherwise keep the socket busy; drain it before answering.
+        req.resume();
+        sendError(res, err);
+      });
+    });
+  };
+  const versioned = (method: 'GET' | 'POST', suffix: string, handler: Handler) => {
+    on(method, `/v2/models/:model${suffix}`, handler);
+    on(method, `/v2/models/:model/versions/:version${suffix}`, handler);
+  };
+
+  on('GET', '/v2', (_req, res) => send(res, 200, { name: 'tensorgate', version: VERSION, extensions: OIP_EXTENSIONS }));
+  on('GET', '/v2/health/live', (_req, res) => send(res, 200));
+  on('GET', '/v2/health/ready', (_req, res) => {
+    const loading = gateway.listModels().some((m) => m.versions.some((v) => v.state === 'loading'));
+    send(res, gateway.closing || loading ? 400 : 200);
+  });
+
+  versioned('GET', '', (_req, res, { model, version }) => {
+    const config = gateway.modelConfig(model as string);
+    const info = gateway.modelInfo(config.name);
+    if (version !== undefined) checkVersion(info.versions, config.name, version);
+    const spec = (s: (typeof config.inputs)[number]) => ({
+      name: s.name,
+      datatype: oipDatatype(s.dtype),
+      shape: s.shape,
+    });
+    const format = config.versions[version ?? defaultVersion(config)]?.format;
+    send(res, 200, {
+      name: config.name,
+      versions: version !== undefined ? [version] : info.versions.map((v) => v.version),
+      platform: format === 'torchscript' ? 'pytorch_libtorch' : 'pytorch',
+      inputs: config.inputs.map(spec),
+      outputs: config.outputs.map(spec),
+    });
+  });
+
+  versioned('GET', '/ready', (_req, res, { model, version }) => {
+    const config = gateway.modelConfig(model as string);
+    const info = gateway.modelInfo(config.name);
+    const wanted = version ?? defaultVersion(config);
+    const state = checkVersion(info.versions, config.name, wanted).state;
+    send(res, state === 'ready' ? 200 : 400);
+  });
+
+  versioned('POST', '/infer', async (req, res, { model, version }) => {
+    const config = gateway.modelConfig(model as string);
+    const body = await readBody(req, gateway.config.maxHttpBodyBytes);
+    const request = parseInferRequest(body, req.headers[HEADER_LENGTH], gateway.config);
+    for (const output of request.outputs ?? []) {
+      if (!config.outputs.some((o) => o.name === output.name))
+        throw tgError(
+          'UNKNOWN_OUTPUT',
+          `output "${output.name}" is not declared by ${config.name}; it has ${config.outputs.map((o) => o.name).join(', ')}`,
+          { output: output.name },
+        );
+    }
+    // A client that goes away withdraws its request from the queue.
+    const gone = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    const result = await gateway.inferTensors(
+      {
+        model: config.name,
+        ...(version !== undefined ? { version } : {}),
+        ...(request.id !== undefined ? { request_id: request.id } : {}),
+        parameters: request.parameters,
+        inputs: request.inputs,
+        form: request.form,
+      },
+      { signal: gone.signal },
+    );
+    const encodeStart = performance.now();
+    const t = result.timings;
+    const encoded = encodeInferResponse(result, request, {
+      batch_size: result.batch_size,
+      decode_ms: t.decode_ms,
+      queue_ms: t.queue_ms,
+      transfer_ms: t.transfer_ms,
+      compute_ms: t.compute_ms,
+      encode_ms: Math.round((t.encode_ms + performance.now() - encodeStart) * 1000) / 1000,
+      total_ms: Math.round((t.total_ms + performance.now() - encodeStart) * 1000) / 1000,
+    });
+    res.writeHead(200, { ...encoded.headers, 'content-length': encoded.body.length }).end(encoded.body);
+  });
+
+  on('POST', '/v2/repository/index', async (req, res) => {
+    await readBody(req, 64 * 1024);
+    const index = gateway.listModels().flatMap((m) =>
+      m.versions.map((v) => ({
+        name: m.name,
+        version: v.version,
+        state: v.state === 'ready' ? 'READY' : v.state === 'loading' ? 'LOADING' : 'UNAVAILABLE',
+        reason: v.error ?? (v.state === 'ready' || v.state === 'loading' ? '' : v.state),
+      })),
+    );
+    send(res, 200, index);
+  });
+
+  for (const action of ['load', 'unload'] as const) {
+    on('POST', `/v2/repository/models/:model/${action}`, async (req, res, { model }) => {
+      await readBody(req, 64 * 1024);
+      if (action === 'load') await gateway.loadModel(model as string);
+      else await gateway.unloadModel(model as string);
+      send(res, 200);
+    });
+  }
+}
+
+function checkVersion<T extends { version: string }>(versions: T[], model: string, version: string): T {
+  const found = versions.find((v) => v.version === version);
+  if (!found)
+    throw tgError(
+      'VERSION_NOT_FOUND',
+      `${model} has no version ${version}; it has ${versions.map((v) => v.version).join(', ')}`,
+      { model, version },
+    );
+  return found;
+}
