@@ -27,6 +27,15 @@ export const ERROR_CODES = {
     summary: 'The request breaks its protocol: malformed JSON, a missing field, header lengths that do not add up.',
   },
   UNKNOWN_OUTPUT: { status: 400, summary: 'An output asked for is not declared by the model.' },
+  SHARED_MEMORY_NOT_FOUND: {
+    status: 404,
+    summary: 'No shared-memory region of that name is registered, or its object cannot be opened.',
+  },
+  SHARED_MEMORY_OUT_OF_RANGE: {
+    status: 400,
+    summary: 'An offset and size reach outside the shared-memory region, or a tensor does not fit the space given.',
+  },
+  SHARED_MEMORY_IN_USE: { status: 409, summary: 'A shared-memory region of that name is already registered.' },
   INVALID_CONFIG: { status: 400, summary: 'A model config does not match the model repository schema.' },
   UNSUPPORTED_FORMAT: { status: 400, summary: 'The model format is not supported by the installed runtime.' },
   LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },

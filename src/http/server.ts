@@ -35,7 +35,7 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
   router.on('GET', '/healthz', (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'ok' }));
   });
-  registerOipRoutes(router, gateway);
+  const closeOip = registerOipRoutes(router, gateway);
 
   const validateHost = localhostHostValidation();
   const validateOrigin = localhostOriginValidation();
@@ -60,6 +60,7 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
     oipUrl: `${host}:${address.port}`,
     close: async () => {
       await mcp.close();
+      closeOip();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

@@ -6,6 +6,7 @@ import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
 import { checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
 import { dtypeOf, oipDatatype } from './datatypes.js';
+import type { Region, SharedMemoryRegistry } from './shared-memory.js';
 
 /**
  * The OIP v2 infer request and response, JSON and with the binary tensor data extension: a JSON
@@ -18,6 +19,8 @@ export const HEADER_LENGTH = 'inference-header-content-length';
 export interface RequestedOutput {
   name: string;
   binary: boolean;
+  /** Written into this shared-memory region instead of the response. */
+  shm?: { region: Region; offset: number; size: number };
 }
 
 export interface OipInferRequest {
@@ -29,10 +32,13 @@ export interface OipInferRequest {
   /** The outputs asked for; null: every output, binary when `binary_data_output` says so. */
   outputs: RequestedOutput[] | null;
   binaryOutputs: boolean;
+  /** Releases the shared-memory regions the request holds; call once it is answered. */
+  release: () => void;
 }
 
-export interface DecodeLimits {
+export interface DecodeContext {
   maxArrayElements: number;
+  regions: SharedMemoryRegistry;
 }
 
 function invalid(message: string, data: Record<string, unknown> = {}) {
@@ -46,7 +52,39 @@ function isObject(value: unknown): value is Record<string, unknown> {
 export function parseInferRequest(
   body: Buffer,
   headerLength: string | string[] | undefined,
-  limits: DecodeLimits,
+  ctx: DecodeContext,
+): OipInferRequest {
+  const releases: (() => void)[] = [];
+  try {
+    return parse(body, headerLength, ctx, releases);
+  } catch (err) {
+    for (const release of releases) release();
+    throw err;
+  }
+}
+
+/** The region a tensor's parameters name, held for the request; undefined when it names none. */
+function regionOf(
+  parameters: unknown,
+  what: string,
+  ctx: DecodeContext,
+  releases: (() => void)[],
+): { region: Region; offset: number; size: number } | undefined {
+  if (!isObject(parameters) || parameters.shared_memory_region === undefined) return undefined;
+  const { shared_memory_region: name, shared_memory_byte_size: size, shared_memory_offset: offset = 0 } = parameters;
+  if (typeof name !== 'string') throw invalid(`${what}: shared_memory_region must be a region name`);
+  if (typeof size !== 'number' || typeof offset !== 'number')
+    throw invalid(`${what}: shared_memory_byte_size (and shared_memory_offset) must be byte counts`);
+  const region = ctx.regions.get(name);
+  releases.push(region.acquire());
+  return { region, offset, size };
+}
+
+function parse(
+  body: Buffer,
+  headerLength: string | string[] | undefined,
+  ctx: DecodeContext,
+  releases: (() => void)[],
 ): OipInferRequest {
   let jsonEnd = body.length;
   if (headerLength !== undefined) {
@@ -86,6 +124,12 @@ export function parseInferRequest(
       throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
     }
     const shape = input.shape as number[];
+    const shm = regionOf(input.parameters, `input "${name}"`, ctx, releases);
+    if (shm) {
+      if (input.data !== undefined) throw invalid(`input "${name}" has both "data" and a shared-memory region`);
+      inputs.set(name, shm.region.input(name, dtype, shape, shm.offset, shm.size));
+      continue;
+    }
     const size = isObject(input.parameters) ? input.parameters.binary_data_size : undefined;
     if (size !== undefined) {
       if (input.data !== undefined) throw invalid(`input "${name}" has both "data" and binary_data_size`);
@@ -109,13 +153,13 @@ export function parseInferRequest(
     if (input.data === undefined)
       throw invalid(`input "${name}" has neither "data" nor parameters.binary_data_size`, { input: name });
     const elements = numel(shape);
-    if (elements > limits.maxArrayElements)
+    if (elements > ctx.maxArrayElements)
       throw tgError(
         'INPUT_TOO_LARGE',
-        `input "${name}": ${elements} elements as JSON is over the ${limits.maxArrayElements} limit; send it as binary data`,
+        `input "${name}": ${elements} elements as JSON is over the ${ctx.maxArrayElements} limit; send it as binary data`,
         { input: name },
       );
-    const tensor = fromNestedArray(input.data, dtype, { maxElements: limits.maxArrayElements });
+    const tensor = fromNestedArray(input.data, dtype, { maxElements: ctx.maxArrayElements });
     if (numel(tensor.shape) !== elements)
       throw tgError(
         'BAD_TENSOR',
@@ -137,7 +181,8 @@ export function parseInferRequest(
       if (!isObject(output) || typeof output.name !== 'string')
         throw invalid(`outputs[${i}] must be an object with a "name"`);
       const flag = isObject(output.parameters) ? output.parameters.binary_data : undefined;
-      return { name: output.name, binary: typeof flag === 'boolean' ? flag : binaryOutputs };
+      const shm = regionOf(output.parameters, `output "${output.name}"`, ctx, releases);
+      return { name: output.name, binary: typeof flag === 'boolean' ? flag : binaryOutputs, ...(shm ? { shm } : {}) };
     });
   }
   return {
@@ -147,6 +192,9 @@ export function parseInferRequest(
     form: binary ? 'binary' : 'array',
     outputs,
     binaryOutputs,
+    release: () => {
+      for (const release of releases.splice(0)) release();
+    },
   };
 }
 
@@ -175,11 +223,25 @@ export function encodeInferResponse(
   extraParameters: Record<string, number | string | boolean>,
 ): EncodedResponse {
   const byName = new Map<string, NamedTensor>(result.outputs.map((o) => [o.name, o]));
-  const wanted = request.outputs ?? result.outputs.map((o) => ({ name: o.name, binary: request.binaryOutputs }));
+  const wanted: RequestedOutput[] =
+    request.outputs ?? result.outputs.map((o) => ({ name: o.name, binary: request.binaryOutputs }));
   const tails: Uint8Array[] = [];
-  const outputs = wanted.map(({ name, binary }) => {
+  const outputs = wanted.map((output) => {
+    const { name, binary } = output;
     const tensor = (byName.get(name) as NamedTensor).tensor;
     const head = { name, datatype: oipDatatype(tensor.dtype), shape: tensor.shape };
+    if (output.shm) {
+      const { region, offset, size } = output.shm;
+      region.writeOutput(name, tensor, offset, size);
+      return {
+        ...head,
+        parameters: {
+          shared_memory_region: region.name,
+          shared_memory_byte_size: tensor.data.byteLength,
+          shared_memory_offset: offset,
+        },
+      };
+    }
     if (binary) {
       tails.push(tensor.data);
       return { ...head, parameters: { binary_data_size: tensor.data.byteLength } };

@@ -5,7 +5,8 @@ import type { Gateway } from '../gateway.js';
 import { defaultVersion } from '../registry/model-config.js';
 import { VERSION } from '../version.js';
 import { oipDatatype } from './datatypes.js';
-import { encodeInferResponse, HEADER_LENGTH, parseInferRequest } from './infer-codec.js';
+import { encodeInferResponse, HEADER_LENGTH, type OipInferRequest, parseInferRequest } from './infer-codec.js';
+import { SharedMemoryRegistry } from './shared-memory.js';
 
 /**
  * Open Inference Protocol v2 REST (the KServe v2 / Triton HTTP protocol) over the Gateway: health,
@@ -17,7 +18,7 @@ import { encodeInferResponse, HEADER_LENGTH, parseInferRequest } from './infer-c
 type Params = Record<string, string | undefined>;
 type Handler = (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void;
 
-export const OIP_EXTENSIONS = ['binary_tensor_data', 'model_repository'];
+export const OIP_EXTENSIONS = ['binary_tensor_data', 'system_shared_memory', 'model_repository'];
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   if (body === undefined) {
@@ -59,7 +60,9 @@ function tooLarge(limit: number) {
   );
 }
 
-export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gateway): void {
+/** Registers the /v2 routes; the returned function unregisters every shared-memory region. */
+export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gateway): () => void {
+  const regions = new SharedMemoryRegistry();
   const on = (method: 'GET' | 'POST', path: string, handler: Handler) => {
     router.on(method, path, (req, res, params) => {
       // async: a handler that throws before its first await is answered like any other failure.
@@ -112,7 +115,23 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
   versioned('POST', '/infer', async (req, res, { model, version }) => {
     const config = gateway.modelConfig(model as string);
     const body = await readBody(req, gateway.config.maxHttpBodyBytes);
-    const request = parseInferRequest(body, req.headers[HEADER_LENGTH], gateway.config);
+    const request = parseInferRequest(body, req.headers[HEADER_LENGTH], {
+      maxArrayElements: gateway.config.maxArrayElements,
+      regions,
+    });
+    try {
+      await inferAndAnswer(res, request, config, version);
+    } finally {
+      request.release();
+    }
+  });
+
+  async function inferAndAnswer(
+    res: ServerResponse,
+    request: OipInferRequest,
+    config: ReturnType<Gateway['modelConfig']>,
+    version: string | undefined,
+  ): Promise<void> {
     for (const output of request.outputs ?? []) {
       if (!config.outputs.some((o) => o.name === output.name))
         throw tgError(
@@ -149,6 +168,25 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       total_ms: Math.round((t.total_ms + performance.now() - encodeStart) * 1000) / 1000,
     });
     res.writeHead(200, { ...encoded.headers, 'content-length': encoded.body.length }).end(encoded.body);
+  }
+
+  on('GET', '/v2/systemsharedmemory/status', (_req, res) => send(res, 200, regions.status()));
+  on('GET', '/v2/systemsharedmemory/region/:region/status', (_req, res, { region }) =>
+    send(res, 200, regions.status(region)),
+  );
+  on('POST', '/v2/systemsharedmemory/region/:region/register', async (req, res, { region }) => {
+    regions.register(region as string, parseJson(await readBody(req, 64 * 1024)));
+    send(res, 200);
+  });
+  on('POST', '/v2/systemsharedmemory/region/:region/unregister', async (req, res, { region }) => {
+    await readBody(req, 64 * 1024);
+    regions.unregister(region);
+    send(res, 200);
+  });
+  on('POST', '/v2/systemsharedmemory/unregister', async (req, res) => {
+    await readBody(req, 64 * 1024);
+    regions.unregister();
+    send(res, 200);
   });
 
   on('POST', '/v2/repository/index', async (req, res) => {
@@ -171,6 +209,16 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       else await gateway.unloadModel(model as string);
       send(res, 200);
     });
+  }
+  return () => regions.close();
+}
+
+function parseJson(body: Buffer): unknown {
+  if (body.length === 0) return {};
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw tgError('INVALID_REQUEST', `the request is not valid JSON: ${(err as Error).message}`);
   }
 }
 

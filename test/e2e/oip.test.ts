@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { decodeNpy } from '../../src/tensor/npy.js';
@@ -38,6 +38,13 @@ interface Report {
   tabular_response: { id: string; model_version: string; parameters: Record<string, number> };
   image_shape: number[];
   errors: Record<string, string | null>;
+  shared_memory: {
+    status: { name: string; byte_size: number }[];
+    output: { shape: number[]; parameters: Record<string, unknown> };
+    errors: Record<string, string | null>;
+    after_unregister: string | null;
+    status_at_end: { name: string }[];
+  };
   ready_after_unload: boolean;
   ready_after_load: boolean;
   live_at_end: boolean;
@@ -112,6 +119,45 @@ describe('OIP v2 with tritonclient', () => {
     assert.deepEqual(image, npy(join(dir, 'image_binary.npy')));
   });
 
+  it('reads inputs from and writes outputs to system shared memory, the same numbers as binary', () => {
+    const shm = report.shared_memory;
+    assert.deepEqual(
+      shm.status.map((r) => [r.name, r.byte_size]),
+      [
+        ['in0', 2 * 3 * 224 * 224 * 4],
+        ['out0', 80],
+      ],
+    );
+    assert.deepEqual(shm.output.shape, [2, 10]);
+    assert.deepEqual(shm.output.parameters, {
+      shared_memory_region: 'out0',
+      shared_memory_byte_size: 80,
+      shared_memory_offset: 0,
+    });
+    assert.deepEqual(npy(join(server.workDir, 'image_shm.npy')), npy(join(server.workDir, 'image_binary.npy')));
+  });
+
+  it('checks every region, offset and size, and forgets unregistered regions', () => {
+    const errors = report.shared_memory.errors;
+    assert.match(
+      errors.offset_past_end ?? '',
+      /^SHARED_MEMORY_OUT_OF_RANGE: input "image": offset 16 \+ 1204224 bytes is past the end/,
+    );
+    assert.match(errors.unknown_region ?? '', /^SHARED_MEMORY_NOT_FOUND: no shared-memory region "nope"/);
+    assert.match(errors.output_too_small ?? '', /^SHARED_MEMORY_OUT_OF_RANGE: output "logits" is 80 bytes/);
+    assert.match(errors.register_twice ?? '', /^SHARED_MEMORY_IN_USE/);
+    assert.match(errors.register_too_big ?? '', /^SHARED_MEMORY_OUT_OF_RANGE: .* does not fit/);
+    assert.match(errors.register_missing ?? '', /^SHARED_MEMORY_NOT_FOUND: cannot open .*ENOENT/);
+    assert.match(
+      report.shared_memory.after_unregister ?? '',
+      /^SHARED_MEMORY_NOT_FOUND: no shared-memory region "in0"/,
+    );
+    assert.deepEqual(
+      report.shared_memory.status_at_end.map((r) => r.name),
+      ['out0'],
+    );
+  });
+
   it('turns bad requests into protocol errors the client shows, and loads and unloads models', () => {
     assert.match(report.errors.wrong_shape ?? '', /^SHAPE_MISMATCH: input "features" has shape \[2, 5\]/);
     assert.match(report.errors.wrong_dtype ?? '', /^DTYPE_MISMATCH: input "features" is float64/);
@@ -120,6 +166,55 @@ describe('OIP v2 with tritonclient', () => {
     assert.equal(report.ready_after_unload, false);
     assert.equal(report.ready_after_load, true);
     assert.equal(report.live_at_end, true);
+  });
+});
+
+describe('OIP v2 shared memory under a request', () => {
+  it('finishes a queued request whose region is unregistered meanwhile, then refuses the region', async () => {
+    const key = `/tg_test_sleepy_${process.pid}`;
+    const path = `/dev/shm${key}`;
+    const values = new Float32Array([1, 2, 3, 4]);
+    writeFileSync(path, Buffer.from(values.buffer));
+    try {
+      const register = await post(
+        '/v2/systemsharedmemory/region/sleepy_in/register',
+        JSON.stringify({ key, byte_size: 16 }),
+      );
+      assert.equal(register.status, 200, register.text);
+      const request = JSON.stringify({
+        inputs: [
+          {
+            name: 'x',
+            shape: [1, 4],
+            datatype: 'FP32',
+            parameters: { shared_memory_region: 'sleepy_in', shared_memory_byte_size: 16 },
+          },
+        ],
+      });
+      // Two calls on sleepy's one instance: the second waits in the queue, its input not yet read.
+      const first = post('/v2/models/sleepy/infer', request);
+      const second = post('/v2/models/sleepy/infer', request);
+      await new Promise((r) => setTimeout(r, 150));
+      const unregister = await post('/v2/systemsharedmemory/region/sleepy_in/unregister', '');
+      assert.equal(unregister.status, 200);
+      for (const answer of await Promise.all([first, second])) {
+        assert.equal(answer.status, 200, answer.text);
+        assert.deepEqual((JSON.parse(answer.text) as { outputs: { data: number[] }[] }).outputs[0]?.data, [2, 4, 6, 8]);
+      }
+      const late = await post('/v2/models/sleepy/infer', request);
+      assert.equal(late.status, 404);
+      assert.match(late.text, /SHARED_MEMORY_NOT_FOUND/);
+    } finally {
+      rmSync(path, { force: true });
+    }
+  });
+
+  it('refuses keys that are not shared-memory names', async () => {
+    for (const key of ['../etc/passwd', '/a/b', 'noslash', '/..']) {
+      const answer = await post('/v2/systemsharedmemory/region/evil/register', JSON.stringify({ key, byte_size: 8 }));
+      assert.equal(answer.status, 400, key);
+      assert.match(answer.text, /INVALID_REQUEST: key .* is not a POSIX shared-memory name/);
+    }
   });
 });
 
