@@ -7,6 +7,7 @@ import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
 import { tgError } from './errors.js';
+import { InferenceStats } from './metrics/inference-stats.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
 import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
@@ -99,6 +100,8 @@ export class Gateway {
   readonly registry: Registry;
   readonly store: TensorStore;
   readonly audit: AuditLog;
+  /** Request counts and stage times per model version (OIP v2 statistics). */
+  readonly stats = new InferenceStats();
   /** Training runs in the runs directory; `serve` starts its polling, other commands query on demand. */
   readonly training: TrainingControl;
   private readonly models: ModelManager;
@@ -307,12 +310,20 @@ export class Gateway {
     const pool = this.poolFor(config, version);
     const parameters = parseParameters(request.parameters, config);
 
-    const decodeStart = performance.now();
-    const inputs = decode(config);
-    const decodeMs = performance.now() - decodeStart;
-
     const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
-    const response = await pool.infer({ inputs, precision: parameters.precision as Precision }, { timeoutMs, signal });
+    const decodeStart = performance.now();
+    let decodeMs = 0;
+    let inputs: DecodedInput[];
+    let response: Awaited<ReturnType<ModelPool['infer']>>;
+    try {
+      inputs = decode(config);
+      decodeMs = performance.now() - decodeStart;
+      response = await pool.infer({ inputs, precision: parameters.precision as Precision }, { timeoutMs, signal });
+    } catch (err) {
+      this.stats.failure(config.name, version, performance.now() - start);
+      throw err;
+    }
+    const rows = inputs[0]?.tensor.shape[0] ?? 1;
     return {
       request_id: requestId,
       model: config.name,
@@ -325,6 +336,15 @@ export class Gateway {
       /** The stage timings, with encoding counted from `encodeStart` to now. */
       finish: (encodeStart: number): StageTimings => {
         const end = performance.now();
+        const t = response.timings;
+        this.stats.success(config.name, version, {
+          totalMs: end - start,
+          queueMs: response.queueMs,
+          inputMs: decodeMs + t.fillMs + t.transferMs / 2,
+          computeMs: t.computeMs,
+          outputMs: t.transferMs / 2 + (end - encodeStart),
+          rows,
+        });
         return {
           // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
           decode_ms: round(decodeMs + response.timings.fillMs),

@@ -18,7 +18,7 @@ import { SharedMemoryRegistry } from './shared-memory.js';
 type Params = Record<string, string | undefined>;
 type Handler = (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void;
 
-export const OIP_EXTENSIONS = ['binary_tensor_data', 'system_shared_memory', 'model_repository'];
+export const OIP_EXTENSIONS = ['binary_tensor_data', 'system_shared_memory', 'model_repository', 'statistics'];
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   if (body === undefined) {
@@ -187,6 +187,47 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     await readBody(req, 64 * 1024);
     regions.unregister();
     send(res, 200);
+  });
+
+  // The statistics extension, in Triton's format (what tritonclient's get_inference_statistics reads).
+  const statsOf = (name: string, version: string) => {
+    const s = gateway.stats.get(name, version);
+    const batches = gateway.poolStats(name, version)?.batches ?? {};
+    const none = { count: 0, ns: 0 };
+    return {
+      name,
+      version,
+      last_inference: s.last_inference,
+      inference_count: s.inference_count,
+      execution_count: Object.values(batches).reduce((a, b) => a + b, 0),
+      inference_stats: {
+        success: s.success,
+        fail: s.fail,
+        queue: s.queue,
+        compute_input: s.compute_input,
+        compute_infer: s.compute_infer,
+        compute_output: s.compute_output,
+        cache_hit: none,
+        cache_miss: none,
+      },
+      batch_stats: Object.entries(batches).map(([rows, count]) => ({
+        batch_size: Number(rows),
+        compute_input: { count, ns: 0 },
+        compute_infer: { count, ns: 0 },
+        compute_output: { count, ns: 0 },
+      })),
+    };
+  };
+  on('GET', '/v2/models/stats', (_req, res) =>
+    send(res, 200, {
+      model_stats: gateway.listModels().flatMap((m) => m.versions.map((v) => statsOf(m.name, v.version))),
+    }),
+  );
+  versioned('GET', '/stats', (_req, res, { model, version }) => {
+    const config = gateway.modelConfig(model as string);
+    const info = gateway.modelInfo(config.name);
+    const versions = version !== undefined ? [checkVersion(info.versions, config.name, version)] : info.versions;
+    send(res, 200, { model_stats: versions.map((v) => statsOf(config.name, v.version)) });
   });
 
   on('POST', '/v2/repository/index', async (req, res) => {

@@ -27,6 +27,14 @@ after(async () => {
   await server.close();
 });
 
+interface Stats {
+  name: string;
+  version: string;
+  inference_count: number;
+  execution_count: number;
+  inference_stats: Record<string, { count: number; ns: number }>;
+}
+
 interface Report {
   live: boolean;
   ready: boolean;
@@ -45,6 +53,8 @@ interface Report {
     after_unregister: string | null;
     status_at_end: { name: string }[];
   };
+  tabular_stats: { model_stats: Stats[] };
+  all_stats: { model_stats: Stats[] };
   ready_after_unload: boolean;
   ready_after_load: boolean;
   live_at_end: boolean;
@@ -156,6 +166,19 @@ describe('OIP v2 with tritonclient', () => {
       report.shared_memory.status_at_end.map((r) => r.name),
       ['out0'],
     );
+  });
+
+  it('reports statistics per model version in the format tritonclient reads', () => {
+    const [tabular] = report.tabular_stats.model_stats;
+    assert.equal(tabular?.name, 'tabular-classifier');
+    // Two calls of 3 rows succeeded; the wrong shape and the wrong dtype failed.
+    assert.equal(tabular?.inference_count, 6);
+    assert.equal(tabular?.inference_stats.success?.count, 2);
+    assert.equal(tabular?.inference_stats.fail?.count, 2);
+    assert.ok((tabular?.inference_stats.compute_infer?.ns ?? 0) > 0);
+    assert.ok((tabular?.execution_count ?? 0) >= 1);
+    const names = report.all_stats.model_stats.map((m) => `${m.name}@${m.version}`);
+    assert.ok(names.includes('image-classifier@1') && names.includes('tabular-classifier@1'), names.join());
   });
 
   it('turns bad requests into protocol errors the client shows, and loads and unloads models', () => {
