@@ -15,6 +15,7 @@ import { parseArgs } from 'node:util';
 import { renderBatching } from './batching/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
+import { renderOip } from './oip/render.js';
 import { renderShmMap } from './shm-map/render.js';
 import { renderTraining } from './training/render.js';
 
@@ -42,6 +43,7 @@ const RENDERERS: Record<string, Renderer> = {
   'shm-map': renderShmMap,
   batching: renderBatching,
   training: renderTraining,
+  oip: renderOip,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -82,7 +84,8 @@ function main(): void {
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',
-    'node --import tsx bench/training/run.ts                # about 2 minutes on 2 cores',
+    'node --import tsx bench/training/run.ts                # about 5 minutes on 2 cores',
+    'node --import tsx bench/oip/run.ts                     # about 2 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

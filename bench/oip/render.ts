@@ -1,0 +1,67 @@
+import type { OipResult } from './results.js';
+
+/** The docs/benchmarks.md section of bench/oip, rendered from its result files. */
+
+const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
+const header = (cells: string[], text = 1) => `${row(cells)}\n${row(cells.map((_, i) => (i < text ? '---' : '---:')))}`;
+const when = (date: string) => date.slice(0, 16).replace('T', ' ');
+
+const FORM = {
+  json: 'v2 JSON (`data` as a list)',
+  binary: 'v2 binary tensor data (in and out)',
+  shm: 'v2 system shared memory (in and out)',
+} as const;
+
+export function renderOip(files: unknown[]): string {
+  const runs = files as OipResult[];
+  const r = runs.at(-1) as OipResult;
+  const m = r.machine;
+  const lines = [
+    '## OIP v2 data plane (bench/oip)',
+    '',
+    '`node --import tsx bench/oip/run.ts`: the real server (`tensorgate serve --http`) with the demo models; closed-loop clients in one Node process (node:http, keep-alive) send one row to the small tabular model and to the image model (v1, TorchScript, 2 threads) as v2 JSON, as binary tensor data and through system shared memory; ' +
+      `${r.config.seconds} s per block after ${r.config.warmup_s} s of warm-up, forms interleaved over ${r.config.rounds} rounds (the round with the median p50 is shown). ` +
+      '_overhead_ = p50 - the raw TorchScript forward p50 in one Python process on the same input (bench/mcp-overhead/baseline.py), measured in the same run.',
+    '',
+    `${m.cores} cores (${m.cpu_model}), ${m.memory_gib} GiB, ${m.os}; Node ${m.node}; commit ${m.commit}; run ${when(r.date)} UTC.`,
+    '',
+    `Raw forward p50: tabular ${r.raw_forward.tabular?.p50} ms, image ${r.raw_forward.image?.p50} ms.`,
+    '',
+    header(
+      [
+        'model',
+        'concurrency',
+        'form',
+        'p50 ms',
+        'p90 ms',
+        'p99 ms',
+        'overhead p50 ms',
+        'calls/s',
+        'errors',
+        'client CPU %',
+      ],
+      3,
+    ),
+  ];
+  for (const b of r.blocks)
+    lines.push(
+      row([
+        b.model,
+        b.concurrency,
+        FORM[b.form],
+        b.latency.p50,
+        b.latency.p90,
+        b.latency.p99,
+        b.p50_overhead_ms,
+        b.throughput,
+        b.errors,
+        b.client_cpu_percent,
+      ]),
+    );
+  lines.push(
+    '',
+    'Targets: binary p50 overhead over the raw forward at most 0.5 ms for the small model; shared memory close to binary minus the copy; throughput at concurrency 16 at least 2x the KServe model server (not measured yet).',
+    '',
+  );
+  return lines.join('\n');
+}

@@ -1,0 +1,303 @@
+/**
+ * bench/oip: what an OIP v2 call costs over the raw forward, per way of moving the tensor.
+ *
+ *   node --import tsx bench/oip/run.ts [--concurrency 1,16] [--seconds 3] [--rounds 2] [--out FILE]
+ *
+ * The real server (`tensorgate serve --http`) serves the demo models from models/ (built by
+ * scripts/setup.sh). Closed-loop clients in this process (node:http, keep-alive, one socket per
+ * client) send the same input, one row, to the small tabular model and to the image model (v1,
+ * TorchScript) as v2 JSON, as v2 binary tensor data (binary outputs too), and through system
+ * shared memory (input region written once; one output region per client), for a fixed time per
+ * block after a warm-up; forms interleaved in rounds. The baseline is the raw TorchScript forward
+ * in one Python process (bench/mcp-overhead/baseline.py) on the same input, measured in the same
+ * run. The client's own CPU use is reported per block, to show it is not the bottleneck.
+ * Results go to bench/results/oip-<time>.json; `node --import tsx bench/report.ts` renders them.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { encodeNpy } from '../../src/tensor/npy.js';
+import { machineInfo } from '../mcp-overhead/machine.js';
+import { type Distribution, distribution, median, round } from '../mcp-overhead/stats.js';
+import type { BlockResult, Form, OipResult } from './results.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
+const FORMS: Form[] = ['json', 'binary', 'shm'];
+
+const { values: opts } = parseArgs({
+  options: {
+    concurrency: { type: 'string', default: '1,16' },
+    seconds: { type: 'string', default: '3' },
+    rounds: { type: 'string', default: '2' },
+    warmup: { type: 'string', default: '0.5' },
+    out: { type: 'string' },
+  },
+});
+
+interface ModelCase {
+  key: 'tabular' | 'image';
+  model: string;
+  version: string;
+  input: string;
+  output: string;
+  shape: number[];
+  outputBytes: number;
+}
+
+const MODELS: ModelCase[] = [
+  {
+    key: 'tabular',
+    model: 'tabular-classifier',
+    version: '1',
+    input: 'features',
+    output: 'probabilities',
+    shape: [1, 4],
+    outputBytes: 12,
+  },
+  {
+    key: 'image',
+    model: 'image-classifier',
+    version: '1',
+    input: 'image',
+    output: 'logits',
+    shape: [1, 3, 224, 224],
+    outputBytes: 40,
+  },
+];
+
+const work = mkdtempSync(join(tmpdir(), 'tg-bench-oip-'));
+const shmKeys: string[] = [];
+
+async function startServer(): Promise<{ base: string; stop: () => Promise<void> }> {
+  const models = join(ROOT, 'models');
+  if (!existsSync(join(models, 'image-classifier', 'config.json')))
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), models], { stdio: 'inherit' });
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, 'bin/tensorgate.js'), '--models', models, '--registry', join(work, 'r.db')].concat([
+      '--runs-dir',
+      join(work, 'runs'),
+      '--audit-log',
+      join(work, 'audit.jsonl'),
+      'serve',
+      '--http',
+      '0',
+    ]),
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  const base = await new Promise<string>((resolveUrl, reject) => {
+    let seen = '';
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk: string) => {
+      seen += chunk;
+      const match = /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/.exec(seen);
+      if (match) resolveUrl(match[1] as string);
+    });
+    child.once('exit', (code) => reject(new Error(`server exited ${code}: ${seen}`)));
+  });
+  return {
+    base,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    },
+  };
+}
+
+interface Prepared {
+  body: Buffer;
+  headers: Record<string, string | number>;
+}
+
+/** The request bodies of every form for one model; shared-memory regions registered. */
+async function prepare(base: string, m: ModelCase, input: Float32Array, concurrency: number) {
+  const spec = { name: m.input, shape: m.shape, datatype: 'FP32' };
+  const json = Buffer.from(JSON.stringify({ inputs: [{ ...spec, data: Array.from(input) }] }));
+  const header = Buffer.from(
+    JSON.stringify({
+      inputs: [{ ...spec, parameters: { binary_data_size: input.byteLength } }],
+      outputs: [{ name: m.output, parameters: { binary_data: true } }],
+    }),
+  );
+  const bytes = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
+  const inKey = `/tg_bench_${process.pid}_${m.key}_in`;
+  writeFileSync(`/dev/shm${inKey}`, bytes);
+  shmKeys.push(inKey);
+  await post(base, `/v2/systemsharedmemory/region/${m.key}_in/register`, {
+    body: Buffer.from(JSON.stringify({ key: inKey, byte_size: input.byteLength })),
+    headers: {},
+  });
+  const shm: Prepared[] = [];
+  for (let i = 0; i < concurrency; i++) {
+    const outKey = `/tg_bench_${process.pid}_${m.key}_out${i}`;
+    writeFileSync(`/dev/shm${outKey}`, Buffer.alloc(m.outputBytes));
+    shmKeys.push(outKey);
+    await post(base, `/v2/systemsharedmemory/region/${m.key}_out${i}/register`, {
+      body: Buffer.from(JSON.stringify({ key: outKey, byte_size: m.outputBytes })),
+      headers: {},
+    });
+    const region = (name: string, size: number) => ({ shared_memory_region: name, shared_memory_byte_size: size });
+    shm.push({
+      body: Buffer.from(
+        JSON.stringify({
+          inputs: [{ ...spec, parameters: region(`${m.key}_in`, input.byteLength) }],
+          outputs: [{ name: m.output, parameters: region(`${m.key}_out${i}`, m.outputBytes) }],
+        }),
+      ),
+      headers: {},
+    });
+  }
+  return {
+    json: [{ body: json, headers: { 'content-type': 'application/json' } }],
+    binary: [
+      {
+        body: Buffer.concat([header, bytes]),
+        headers: { 'inference-header-content-length': header.length, 'content-type': 'application/octet-stream' },
+      },
+    ],
+    shm,
+  } satisfies Record<Form, Prepared[]>;
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+function post(base: string, path: string, prepared: Prepared): Promise<number> {
+  return new Promise((resolvePost, reject) => {
+    const req = request(
+      `${base}${path}`,
+      { method: 'POST', agent, headers: { ...prepared.headers, 'content-length': prepared.body.length } },
+      (res) => {
+        res.on('data', () => {});
+        res.on('end', () =>
+          res.statusCode === 200 ? resolvePost(res.statusCode) : reject(new Error(`HTTP ${res.statusCode}`)),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(prepared.body);
+  });
+}
+
+/** Closed-loop clients for `seconds` after a warm-up; latencies of the calls answered in the window. */
+async function block(base: string, m: ModelCase, bodies: Prepared[], concurrency: number, seconds: number) {
+  const path = `/v2/models/${m.model}/versions/${m.version}/infer`;
+  const warmupEnd = performance.now() + Number(opts.warmup) * 1000;
+  const end = warmupEnd + seconds * 1000;
+  const latencies: number[] = [];
+  let errors = 0;
+  let cpuStart: NodeJS.CpuUsage | undefined;
+  const client = async (i: number) => {
+    const prepared = bodies[i % bodies.length] as Prepared;
+    for (;;) {
+      const start = performance.now();
+      if (start >= end) return;
+      if (start >= warmupEnd && !cpuStart) cpuStart = process.cpuUsage();
+      try {
+        await post(base, path, prepared);
+        if (start >= warmupEnd && performance.now() <= end) latencies.push(performance.now() - start);
+      } catch {
+        errors++;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, (_, i) => client(i)));
+  const cpu = process.cpuUsage(cpuStart);
+  return {
+    latency: distribution(latencies),
+    throughput: round(latencies.length / seconds, 1),
+    errors,
+    client_cpu_percent: round(((cpu.user + cpu.system) / 1e6 / seconds) * 100, 1),
+  };
+}
+
+function rawForward(m: ModelCase, input: Float32Array): Distribution {
+  const path = join(work, `${m.key}.npy`);
+  writeFileSync(path, encodeNpy({ dtype: 'float32', shape: m.shape, data: new Uint8Array(input.buffer) }));
+  const out = execFileSync(
+    PYTHON,
+    [
+      join(ROOT, 'bench/mcp-overhead/baseline.py'),
+      '--model-dir',
+      join(ROOT, 'models', m.model),
+      '--input',
+      path,
+    ].concat(['--version', m.version, '--iterations', '200']),
+    { encoding: 'utf8' },
+  );
+  return distribution((JSON.parse(out) as { ms: number[] }).ms);
+}
+
+async function main(): Promise<void> {
+  const concurrencies = String(opts.concurrency).split(',').map(Number);
+  const seconds = Number(opts.seconds);
+  const rounds = Number(opts.rounds);
+  const server = await startServer();
+  const blocks: BlockResult[] = [];
+  const raw: OipResult['raw_forward'] = {};
+  try {
+    for (const m of MODELS) {
+      const input = new Float32Array(m.shape.reduce((a, b) => a * b, 1)).map((_, i) => Math.sin(i));
+      raw[m.key] = rawForward(m, input);
+      process.stderr.write(`${m.key}: raw forward p50 ${raw[m.key]?.p50} ms\n`);
+      const bodies = await prepare(server.base, m, input, Math.max(...concurrencies));
+      for (const concurrency of concurrencies) {
+        const runs = new Map<Form, Awaited<ReturnType<typeof block>>[]>();
+        for (let round_ = 0; round_ < rounds; round_++) {
+          for (const form of FORMS) {
+            const result = await block(server.base, m, bodies[form], concurrency, seconds);
+            runs.set(form, [...(runs.get(form) ?? []), result]);
+            process.stderr.write(
+              `${m.key} c=${concurrency} ${form}: p50 ${result.latency.p50} ms, ${result.throughput}/s, client CPU ${result.client_cpu_percent}%\n`,
+            );
+          }
+        }
+        for (const form of FORMS) {
+          const all = runs.get(form) ?? [];
+          // The round with the median p50 stands for the form (its other figures come with it).
+          const chosen = [...all].sort((a, b) => a.latency.p50 - b.latency.p50)[Math.floor(all.length / 2)];
+          if (!chosen) continue;
+          blocks.push({
+            model: m.key,
+            concurrency,
+            form,
+            ...chosen,
+            p50_overhead_ms: round(chosen.latency.p50 - (raw[m.key]?.p50 ?? Number.NaN)),
+            rounds_p50: all.map((r) => r.latency.p50),
+          });
+        }
+      }
+    }
+  } finally {
+    await server.stop();
+    for (const key of shmKeys) rmSync(`/dev/shm${key}`, { force: true });
+  }
+  const result: OipResult = {
+    benchmark: 'oip',
+    date: new Date().toISOString(),
+    profiled: false,
+    machine: machineInfo(ROOT),
+    config: { seconds, rounds, warmup_s: Number(opts.warmup), concurrency: concurrencies },
+    raw_forward: raw,
+    blocks,
+  };
+  const out = opts.out ?? join(ROOT, 'bench', 'results', `oip-${result.date.replace(/[:.]/g, '-').slice(0, 19)}.json`);
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  for (const b of blocks)
+    process.stdout.write(
+      `${b.model.padEnd(8)} c=${String(b.concurrency).padEnd(3)} ${b.form.padEnd(7)} p50 ${b.latency.p50} ms (+${b.p50_overhead_ms} over raw)  p99 ${b.latency.p99} ms  ${b.throughput}/s\n`,
+    );
+  process.stderr.write(`raw forward p50: ${MODELS.map((m) => `${m.key} ${raw[m.key]?.p50} ms`).join(', ')}\n`);
+  process.stderr.write(`wrote ${out}; median of ${median(blocks.map((b) => b.client_cpu_percent))}% client CPU\n`);
+}
+
+main().catch((err: unknown) => {
+  for (const key of shmKeys) rmSync(`/dev/shm${key}`, { force: true });
+  process.stderr.write(`${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});
