@@ -6,6 +6,8 @@ import type { Distribution } from '../mcp-overhead/stats.js';
 export type Form = 'json' | 'binary' | 'shm';
 
 export interface BlockResult {
+  /** Absent in the first results file, which measured tensorgate only. */
+  server?: 'tensorgate' | 'kserve';
   model: 'tabular' | 'image';
   concurrency: number;
   form: Form;

@@ -11,6 +11,9 @@
  * block after a warm-up; forms interleaved in rounds. The baseline is the raw TorchScript forward
  * in one Python process (bench/mcp-overhead/baseline.py) on the same input, measured in the same
  * run. The client's own CPU use is reported per block, to show it is not the bottleneck.
+ * When bench/oip/setup-peers.sh has installed it, the KServe model server (bench/oip/kserve_server.py,
+ * the same TorchScript file, same torch, same threads) is measured the same way with v2 JSON and
+ * v2 binary inputs, one model at a time, while tensorgate is stopped.
  * Results go to bench/results/oip-<time>.json; `node --import tsx bench/report.ts` renders them.
  */
 import { execFileSync, spawn } from 'node:child_process';
@@ -28,6 +31,7 @@ import type { BlockResult, Form, OipResult } from './results.js';
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
 const FORMS: Form[] = ['json', 'binary', 'shm'];
+const KSERVE_PYTHON = join(ROOT, '.tensorgate', 'peers-kserve', 'bin', 'python');
 
 const { values: opts } = parseArgs({
   options: {
@@ -109,13 +113,39 @@ async function startServer(): Promise<{ base: string; stop: () => Promise<void> 
   };
 }
 
+/** The KServe model server with one model, on a free port; resolves once it answers ready. */
+async function startKserve(m: ModelCase): Promise<{ base: string; stop: () => Promise<void> }> {
+  const port = 18_000 + Math.floor(Math.random() * 2000);
+  const child = spawn(
+    KSERVE_PYTHON,
+    [join(ROOT, 'bench/oip/kserve_server.py'), '--model-dir', join(ROOT, 'models', m.model), '--port', String(port)],
+    { stdio: 'ignore' },
+  );
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 300; i++) {
+    const ready = await fetch(`${base}/v2/models/${m.model}/ready`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ready) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    base,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    },
+  };
+}
+
 interface Prepared {
   body: Buffer;
   headers: Record<string, string | number>;
 }
 
 /** The request bodies of every form for one model; shared-memory regions registered. */
-async function prepare(base: string, m: ModelCase, input: Float32Array, concurrency: number) {
+function plainBodies(m: ModelCase, input: Float32Array): Record<'json' | 'binary', Prepared[]> {
   const spec = { name: m.input, shape: m.shape, datatype: 'FP32' };
   const json = Buffer.from(JSON.stringify({ inputs: [{ ...spec, data: Array.from(input) }] }));
   const header = Buffer.from(
@@ -124,6 +154,20 @@ async function prepare(base: string, m: ModelCase, input: Float32Array, concurre
       outputs: [{ name: m.output, parameters: { binary_data: true } }],
     }),
   );
+  const bytes = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
+  return {
+    json: [{ body: json, headers: { 'content-type': 'application/json' } }],
+    binary: [
+      {
+        body: Buffer.concat([header, bytes]),
+        headers: { 'inference-header-content-length': header.length, 'content-type': 'application/octet-stream' },
+      },
+    ],
+  };
+}
+
+async function prepare(base: string, m: ModelCase, input: Float32Array, concurrency: number) {
+  const spec = { name: m.input, shape: m.shape, datatype: 'FP32' };
   const bytes = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
   const inKey = `/tg_bench_${process.pid}_${m.key}_in`;
   writeFileSync(`/dev/shm${inKey}`, bytes);
@@ -152,16 +196,7 @@ async function prepare(base: string, m: ModelCase, input: Float32Array, concurre
       headers: {},
     });
   }
-  return {
-    json: [{ body: json, headers: { 'content-type': 'application/json' } }],
-    binary: [
-      {
-        body: Buffer.concat([header, bytes]),
-        headers: { 'inference-header-content-length': header.length, 'content-type': 'application/octet-stream' },
-      },
-    ],
-    shm,
-  } satisfies Record<Form, Prepared[]>;
+  return { ...plainBodies(m, input), shm } satisfies Record<Form, Prepared[]>;
 }
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
@@ -184,8 +219,7 @@ function post(base: string, path: string, prepared: Prepared): Promise<number> {
 }
 
 /** Closed-loop clients for `seconds` after a warm-up; latencies of the calls answered in the window. */
-async function block(base: string, m: ModelCase, bodies: Prepared[], concurrency: number, seconds: number) {
-  const path = `/v2/models/${m.model}/versions/${m.version}/infer`;
+async function block(base: string, path: string, bodies: Prepared[], concurrency: number, seconds: number) {
   const warmupEnd = performance.now() + Number(opts.warmup) * 1000;
   const end = warmupEnd + seconds * 1000;
   const latencies: number[] = [];
@@ -232,49 +266,102 @@ function rawForward(m: ModelCase, input: Float32Array): Distribution {
   return distribution((JSON.parse(out) as { ms: number[] }).ms);
 }
 
+type Measured = Awaited<ReturnType<typeof block>>;
+
+/** Rounds of every form at one concurrency; per form the round with the median p50. */
+async function measure(
+  forms: Form[],
+  rounds: number,
+  run: (form: Form) => Promise<Measured>,
+  label: string,
+): Promise<Map<Form, { chosen: Measured; rounds_p50: number[] }>> {
+  const runs = new Map<Form, Measured[]>();
+  for (let round_ = 0; round_ < rounds; round_++) {
+    for (const form of forms) {
+      const result = await run(form);
+      runs.set(form, [...(runs.get(form) ?? []), result]);
+      process.stderr.write(
+        `${label} ${form}: p50 ${result.latency.p50} ms, ${result.throughput}/s, client CPU ${result.client_cpu_percent}%\n`,
+      );
+    }
+  }
+  const out = new Map<Form, { chosen: Measured; rounds_p50: number[] }>();
+  for (const [form, all] of runs) {
+    const chosen = [...all].sort((a, b) => a.latency.p50 - b.latency.p50)[Math.floor(all.length / 2)] as Measured;
+    out.set(form, { chosen, rounds_p50: all.map((r) => r.latency.p50) });
+  }
+  return out;
+}
+
 async function main(): Promise<void> {
   const concurrencies = String(opts.concurrency).split(',').map(Number);
   const seconds = Number(opts.seconds);
   const rounds = Number(opts.rounds);
-  const server = await startServer();
   const blocks: BlockResult[] = [];
   const raw: OipResult['raw_forward'] = {};
+  const inputs = new Map(
+    MODELS.map((m) => [m.key, new Float32Array(m.shape.reduce((a, b) => a * b, 1)).map((_, i) => Math.sin(i))]),
+  );
+  const record = (
+    server: BlockResult['server'],
+    m: ModelCase,
+    concurrency: number,
+    measured: Awaited<ReturnType<typeof measure>>,
+  ) => {
+    for (const [form, { chosen, rounds_p50 }] of measured)
+      blocks.push({
+        server,
+        model: m.key,
+        concurrency,
+        form,
+        ...chosen,
+        p50_overhead_ms: round(chosen.latency.p50 - (raw[m.key]?.p50 ?? Number.NaN)),
+        rounds_p50,
+      });
+  };
+
+  const server = await startServer();
   try {
     for (const m of MODELS) {
-      const input = new Float32Array(m.shape.reduce((a, b) => a * b, 1)).map((_, i) => Math.sin(i));
+      const input = inputs.get(m.key) as Float32Array;
       raw[m.key] = rawForward(m, input);
       process.stderr.write(`${m.key}: raw forward p50 ${raw[m.key]?.p50} ms\n`);
       const bodies = await prepare(server.base, m, input, Math.max(...concurrencies));
+      const path = `/v2/models/${m.model}/versions/${m.version}/infer`;
       for (const concurrency of concurrencies) {
-        const runs = new Map<Form, Awaited<ReturnType<typeof block>>[]>();
-        for (let round_ = 0; round_ < rounds; round_++) {
-          for (const form of FORMS) {
-            const result = await block(server.base, m, bodies[form], concurrency, seconds);
-            runs.set(form, [...(runs.get(form) ?? []), result]);
-            process.stderr.write(
-              `${m.key} c=${concurrency} ${form}: p50 ${result.latency.p50} ms, ${result.throughput}/s, client CPU ${result.client_cpu_percent}%\n`,
-            );
-          }
-        }
-        for (const form of FORMS) {
-          const all = runs.get(form) ?? [];
-          // The round with the median p50 stands for the form (its other figures come with it).
-          const chosen = [...all].sort((a, b) => a.latency.p50 - b.latency.p50)[Math.floor(all.length / 2)];
-          if (!chosen) continue;
-          blocks.push({
-            model: m.key,
-            concurrency,
-            form,
-            ...chosen,
-            p50_overhead_ms: round(chosen.latency.p50 - (raw[m.key]?.p50 ?? Number.NaN)),
-            rounds_p50: all.map((r) => r.latency.p50),
-          });
-        }
+        const measured = await measure(
+          FORMS,
+          rounds,
+          (form) => block(server.base, path, bodies[form], concurrency, seconds),
+          `tensorgate ${m.key} c=${concurrency}`,
+        );
+        record('tensorgate', m, concurrency, measured);
       }
     }
   } finally {
     await server.stop();
     for (const key of shmKeys) rmSync(`/dev/shm${key}`, { force: true });
+  }
+
+  const kserve = existsSync(KSERVE_PYTHON);
+  if (!kserve) process.stderr.write('KServe not installed (bash bench/oip/setup-peers.sh): skipped\n');
+  for (const m of kserve ? MODELS : []) {
+    const peer = await startKserve(m);
+    try {
+      const bodies = plainBodies(m, inputs.get(m.key) as Float32Array);
+      for (const concurrency of concurrencies) {
+        const measured = await measure(
+          ['json', 'binary'],
+          rounds,
+          (form) =>
+            block(peer.base, `/v2/models/${m.model}/infer`, bodies[form as 'json' | 'binary'], concurrency, seconds),
+          `kserve ${m.key} c=${concurrency}`,
+        );
+        record('kserve', m, concurrency, measured);
+      }
+    } finally {
+      await peer.stop();
+    }
   }
   const result: OipResult = {
     benchmark: 'oip',
@@ -290,7 +377,7 @@ async function main(): Promise<void> {
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   for (const b of blocks)
     process.stdout.write(
-      `${b.model.padEnd(8)} c=${String(b.concurrency).padEnd(3)} ${b.form.padEnd(7)} p50 ${b.latency.p50} ms (+${b.p50_overhead_ms} over raw)  p99 ${b.latency.p99} ms  ${b.throughput}/s\n`,
+      `${(b.server ?? '').padEnd(10)} ${b.model.padEnd(8)} c=${String(b.concurrency).padEnd(3)} ${b.form.padEnd(7)} p50 ${b.latency.p50} ms (+${b.p50_overhead_ms} over raw)  p99 ${b.latency.p99} ms  ${b.throughput}/s\n`,
     );
   process.stderr.write(`raw forward p50: ${MODELS.map((m) => `${m.key} ${raw[m.key]?.p50} ms`).join(', ')}\n`);
   process.stderr.write(`wrote ${out}; median of ${median(blocks.map((b) => b.client_cpu_percent))}% client CPU\n`);
