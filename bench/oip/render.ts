@@ -19,7 +19,7 @@ export function renderOip(files: unknown[]): string {
   const lines = [
     '## OIP v2 data plane (bench/oip)',
     '',
-    '`node --import tsx bench/oip/run.ts`: the real server (`tensorgate serve --http`) with the demo models; closed-loop clients in one Node process (node:http, keep-alive) send one row to the small tabular model and to the image model (v1, TorchScript, 2 threads) as v2 JSON, as binary tensor data and through system shared memory; ' +
+    '`node --import tsx bench/oip/run.ts`: the real server (`tensorgate serve --http`) with version 1 of the demo models and `tabular_batched`, a copy of the small model with dynamic batching on (max 64 rows, 0.5 ms queue delay); closed-loop clients in one Node process (node:http, keep-alive) send one row to the small tabular model and to the image model (v1, TorchScript, 2 threads) as v2 JSON, as binary tensor data and through system shared memory; ' +
       `${r.config.seconds} s per block after ${r.config.warmup_s} s of warm-up, forms interleaved over ${r.config.rounds} rounds (the round with the median p50 is shown). ` +
       '_overhead_ = p50 - the raw TorchScript forward p50 in one Python process on the same input (bench/mcp-overhead/baseline.py), measured in the same run.',
     '',
@@ -69,6 +69,10 @@ export function renderOip(files: unknown[]): string {
   const ratios = (['tabular', 'image'] as const)
     .filter((model) => best('kserve', model, top) > 0)
     .map((model) => `${model} ${(best('tensorgate', model, top) / best('kserve', model, top)).toFixed(2)}x`);
+  if (best('tensorgate', 'tabular_batched', top) > 0 && best('kserve', 'tabular', top) > 0)
+    ratios.push(
+      `tabular with tensorgate's dynamic batching on ${(best('tensorgate', 'tabular_batched', top) / best('kserve', 'tabular', top)).toFixed(2)}x`,
+    );
   if (ratios.length)
     lines.push(
       '',

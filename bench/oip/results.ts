@@ -4,11 +4,12 @@ import type { Distribution } from '../mcp-overhead/stats.js';
 /** The JSON bench/oip/run.ts writes to bench/results/oip-<time>.json. */
 
 export type Form = 'json' | 'binary' | 'shm';
+export type ModelKey = 'tabular' | 'tabular_batched' | 'image';
 
 export interface BlockResult {
   /** Absent in the first results file, which measured tensorgate only. */
   server?: 'tensorgate' | 'kserve';
-  model: 'tabular' | 'image';
+  model: ModelKey;
   concurrency: number;
   form: Form;
   /** Milliseconds per call, measured by the client. */
@@ -28,6 +29,6 @@ export interface OipResult {
   profiled: false;
   machine: MachineInfo;
   config: { seconds: number; rounds: number; warmup_s: number; concurrency: number[] };
-  raw_forward: Partial<Record<'tabular' | 'image', Distribution>>;
+  raw_forward: Partial<Record<ModelKey, Distribution>>;
   blocks: BlockResult[];
 }

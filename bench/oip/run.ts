@@ -3,8 +3,9 @@
  *
  *   node --import tsx bench/oip/run.ts [--concurrency 1,16] [--seconds 3] [--rounds 2] [--out FILE]
  *
- * The real server (`tensorgate serve --http`) serves the demo models from models/ (built by
- * scripts/setup.sh). Closed-loop clients in this process (node:http, keep-alive, one socket per
+ * The real server (`tensorgate serve --http`) serves version 1 of the demo models (models/, built
+ * by scripts/setup.sh), plus a copy of the small model with dynamic batching on (max 64 rows,
+ * 0.5 ms), as `tabular_batched`. Closed-loop clients in this process (node:http, keep-alive, one socket per
  * client) send the same input, one row, to the small tabular model and to the image model (v1,
  * TorchScript) as v2 JSON, as v2 binary tensor data (binary outputs too), and through system
  * shared memory (input region written once; one output region per client), for a fixed time per
@@ -24,9 +25,10 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { encodeNpy } from '../../src/tensor/npy.js';
+import { makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { type Distribution, distribution, median, round } from '../mcp-overhead/stats.js';
-import type { BlockResult, Form, OipResult } from './results.js';
+import type { BlockResult, Form, ModelKey, OipResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
@@ -44,7 +46,7 @@ const { values: opts } = parseArgs({
 });
 
 interface ModelCase {
-  key: 'tabular' | 'image';
+  key: ModelKey;
   model: string;
   version: string;
   input: string;
@@ -53,16 +55,19 @@ interface ModelCase {
   outputBytes: number;
 }
 
+const TABULAR = {
+  version: '1',
+  input: 'features',
+  output: 'probabilities',
+  shape: [1, 4],
+  outputBytes: 12,
+};
+/** Dynamic batching for the small model's batched case (bench/batching's best setting). */
+const BATCHING = { max_batch_size: 64, max_queue_delay_us: 500 };
+
 const MODELS: ModelCase[] = [
-  {
-    key: 'tabular',
-    model: 'tabular-classifier',
-    version: '1',
-    input: 'features',
-    output: 'probabilities',
-    shape: [1, 4],
-    outputBytes: 12,
-  },
+  { key: 'tabular', model: 'tabular-classifier', ...TABULAR },
+  { key: 'tabular_batched', model: '', ...TABULAR },
   {
     key: 'image',
     model: 'image-classifier',
@@ -77,10 +82,24 @@ const MODELS: ModelCase[] = [
 const work = mkdtempSync(join(tmpdir(), 'tg-bench-oip-'));
 const shmKeys: string[] = [];
 
+/**
+ * A repository of the demo models' version 1 plus a copy of the small model with dynamic
+ * batching on; the batched case's model name is filled in.
+ */
+function modelRepository(): string {
+  const demo = join(ROOT, 'models');
+  if (!existsSync(join(demo, 'image-classifier', 'config.json')))
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), demo], { stdio: 'inherit' });
+  const repo = join(work, 'models');
+  makeVariant('tabular', demo, repo, null);
+  makeVariant('image', demo, repo, null);
+  const batched = makeVariant('tabular', demo, repo, BATCHING);
+  (MODELS.find((m) => m.key === 'tabular_batched') as ModelCase).model = batched.registered_as;
+  return repo;
+}
+
 async function startServer(): Promise<{ base: string; stop: () => Promise<void> }> {
-  const models = join(ROOT, 'models');
-  if (!existsSync(join(models, 'image-classifier', 'config.json')))
-    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), models], { stdio: 'inherit' });
+  const models = modelRepository();
   const child = spawn(
     process.execPath,
     [join(ROOT, 'bin/tensorgate.js'), '--models', models, '--registry', join(work, 'r.db')].concat([
@@ -250,6 +269,7 @@ async function block(base: string, path: string, bodies: Prepared[], concurrency
 }
 
 function rawForward(m: ModelCase, input: Float32Array): Distribution {
+  if (m.key === 'tabular_batched') return rawForward(MODELS[0] as ModelCase, input);
   const path = join(work, `${m.key}.npy`);
   writeFileSync(path, encodeNpy({ dtype: 'float32', shape: m.shape, data: new Uint8Array(input.buffer) }));
   const out = execFileSync(
@@ -345,7 +365,8 @@ async function main(): Promise<void> {
 
   const kserve = existsSync(KSERVE_PYTHON);
   if (!kserve) process.stderr.write('KServe not installed (bash bench/oip/setup-peers.sh): skipped\n');
-  for (const m of kserve ? MODELS : []) {
+  // KServe has no dynamic batching of its own outside Kubernetes: the plain models only.
+  for (const m of kserve ? MODELS.filter((c) => c.key !== 'tabular_batched') : []) {
     const peer = await startKserve(m);
     try {
       const bodies = plainBodies(m, inputs.get(m.key) as Float32Array);
@@ -377,7 +398,7 @@ async function main(): Promise<void> {
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   for (const b of blocks)
     process.stdout.write(
-      `${(b.server ?? '').padEnd(10)} ${b.model.padEnd(8)} c=${String(b.concurrency).padEnd(3)} ${b.form.padEnd(7)} p50 ${b.latency.p50} ms (+${b.p50_overhead_ms} over raw)  p99 ${b.latency.p99} ms  ${b.throughput}/s\n`,
+      `${(b.server ?? '').padEnd(10)} ${b.model.padEnd(15)} c=${String(b.concurrency).padEnd(3)} ${b.form.padEnd(7)} p50 ${b.latency.p50} ms (+${b.p50_overhead_ms} over raw)  p99 ${b.latency.p99} ms  ${b.throughput}/s\n`,
     );
   process.stderr.write(`raw forward p50: ${MODELS.map((m) => `${m.key} ${raw[m.key]?.p50} ms`).join(', ')}\n`);
   process.stderr.write(`wrote ${out}; median of ${median(blocks.map((b) => b.client_cpu_percent))}% client CPU\n`);
