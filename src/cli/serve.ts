@@ -1,10 +1,13 @@
 import { serveHttp } from '../http/server.js';
 import { serveStdio } from '../mcp/stdio.js';
+import { serveGrpc } from '../oip/grpc.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 
 export interface ServeOptions {
   stdio?: boolean;
   http?: number;
+  /** Also serve OIP v2 over gRPC on this port. */
+  grpc?: number;
   host: string;
   maxBodyMb: number;
   memoryBudgetMb?: number;
@@ -18,7 +21,8 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
   });
   gateway.training.start();
-  let closeTransport: () => Promise<void> = async () => {};
+  // Every transport started; closed together once the gateway has finished what is in flight.
+  const transports: (() => Promise<void>)[] = [];
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
@@ -27,16 +31,21 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     // transport), then close the transport; workers and shared memory are gone by then.
     stderrLogger(`${signal}: stopping; finishing requests in flight`);
     await gateway.close();
-    await closeTransport();
+    await Promise.all(transports.map((close) => close()));
     process.exit(0);
   };
   process.once('SIGINT', () => void shutdown('SIGINT'));
   process.once('SIGTERM', () => void shutdown('SIGTERM'));
 
+  if (opts.grpc !== undefined) {
+    const grpcServer = await serveGrpc(gateway, opts.grpc, opts.host);
+    transports.push(grpcServer.close);
+    stderrLogger(`OIP v2 gRPC at ${opts.host}:${grpcServer.port}`);
+  }
   if (opts.stdio) {
     // Connect first so the client's initialize is answered while models load; infer says MODEL_NOT_READY until then.
     const handle = serveStdio(gateway);
-    closeTransport = handle.close;
+    transports.push(handle.close);
     process.stdin.once('end', () => void shutdown('stdin closed'));
     stderrLogger('MCP over stdio; loading models');
     await gateway.loadAll();
@@ -44,7 +53,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     return;
   }
   const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host);
-  closeTransport = handle.close;
+  transports.push(handle.close);
   stderrLogger(`MCP Streamable HTTP at ${handle.url}, OIP v2 at http://${handle.oipUrl}/v2; loading models`);
   await gateway.loadAll();
   stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);

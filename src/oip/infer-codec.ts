@@ -202,7 +202,7 @@ function parse(
  * OIP parameters are open-ended (clients send their own, e.g. Triton's binary_data_output or
  * priority): keep tensorgate's and map Triton's `timeout` (µs); leave the rest to the protocol.
  */
-function tensorgateParameters(parameters: Record<string, unknown>): Record<string, unknown> {
+export function tensorgateParameters(parameters: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   if (parameters.precision !== undefined) out.precision = parameters.precision;
   if (parameters.timeout_ms !== undefined) out.timeout_ms = parameters.timeout_ms;

@@ -2,10 +2,16 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HTTPVersion, Instance } from 'find-my-way';
 import { asTensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
-import { defaultVersion } from '../registry/model-config.js';
-import { VERSION } from '../version.js';
-import { oipDatatype } from './datatypes.js';
 import { encodeInferResponse, HEADER_LENGTH, type OipInferRequest, parseInferRequest } from './infer-codec.js';
+import {
+  checkOutputs,
+  checkVersion,
+  modelMetadata,
+  modelReady,
+  repositoryIndex,
+  serverMetadata,
+  serverReady,
+} from './service.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 
 /**
@@ -17,8 +23,6 @@ import { SharedMemoryRegistry } from './shared-memory.js';
 
 type Params = Record<string, string | undefined>;
 type Handler = (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void;
-
-export const OIP_EXTENSIONS = ['binary_tensor_data', 'system_shared_memory', 'model_repository', 'statistics'];
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   if (body === undefined) {
@@ -78,39 +82,15 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     on(method, `/v2/models/:model/versions/:version${suffix}`, handler);
   };
 
-  on('GET', '/v2', (_req, res) => send(res, 200, { name: 'tensorgate', version: VERSION, extensions: OIP_EXTENSIONS }));
+  on('GET', '/v2', (_req, res) => send(res, 200, serverMetadata()));
   on('GET', '/v2/health/live', (_req, res) => send(res, 200));
-  on('GET', '/v2/health/ready', (_req, res) => {
-    const loading = gateway.listModels().some((m) => m.versions.some((v) => v.state === 'loading'));
-    send(res, gateway.closing || loading ? 400 : 200);
-  });
-
-  versioned('GET', '', (_req, res, { model, version }) => {
-    const config = gateway.modelConfig(model as string);
-    const info = gateway.modelInfo(config.name);
-    if (version !== undefined) checkVersion(info.versions, config.name, version);
-    const spec = (s: (typeof config.inputs)[number]) => ({
-      name: s.name,
-      datatype: oipDatatype(s.dtype),
-      shape: s.shape,
-    });
-    const format = config.versions[version ?? defaultVersion(config)]?.format;
-    send(res, 200, {
-      name: config.name,
-      versions: version !== undefined ? [version] : info.versions.map((v) => v.version),
-      platform: format === 'torchscript' ? 'pytorch_libtorch' : 'pytorch',
-      inputs: config.inputs.map(spec),
-      outputs: config.outputs.map(spec),
-    });
-  });
-
-  versioned('GET', '/ready', (_req, res, { model, version }) => {
-    const config = gateway.modelConfig(model as string);
-    const info = gateway.modelInfo(config.name);
-    const wanted = version ?? defaultVersion(config);
-    const state = checkVersion(info.versions, config.name, wanted).state;
-    send(res, state === 'ready' ? 200 : 400);
-  });
+  on('GET', '/v2/health/ready', (_req, res) => send(res, serverReady(gateway) ? 200 : 400));
+  versioned('GET', '', (_req, res, { model, version }) =>
+    send(res, 200, modelMetadata(gateway, model as string, version)),
+  );
+  versioned('GET', '/ready', (_req, res, { model, version }) =>
+    send(res, modelReady(gateway, model as string, version) ? 200 : 400),
+  );
 
   versioned('POST', '/infer', async (req, res, { model, version }) => {
     const config = gateway.modelConfig(model as string);
@@ -132,14 +112,11 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     config: ReturnType<Gateway['modelConfig']>,
     version: string | undefined,
   ): Promise<void> {
-    for (const output of request.outputs ?? []) {
-      if (!config.outputs.some((o) => o.name === output.name))
-        throw tgError(
-          'UNKNOWN_OUTPUT',
-          `output "${output.name}" is not declared by ${config.name}; it has ${config.outputs.map((o) => o.name).join(', ')}`,
-          { output: output.name },
-        );
-    }
+    checkOutputs(
+      gateway,
+      config.name,
+      (request.outputs ?? []).map((o) => o.name),
+    );
     // A client that goes away withdraws its request from the queue.
     const gone = new AbortController();
     res.on('close', () => {
@@ -232,15 +209,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
 
   on('POST', '/v2/repository/index', async (req, res) => {
     await readBody(req, 64 * 1024);
-    const index = gateway.listModels().flatMap((m) =>
-      m.versions.map((v) => ({
-        name: m.name,
-        version: v.version,
-        state: v.state === 'ready' ? 'READY' : v.state === 'loading' ? 'LOADING' : 'UNAVAILABLE',
-        reason: v.error ?? (v.state === 'ready' || v.state === 'loading' ? '' : v.state),
-      })),
-    );
-    send(res, 200, index);
+    send(res, 200, repositoryIndex(gateway));
   });
 
   for (const action of ['load', 'unload'] as const) {
@@ -261,15 +230,4 @@ function parseJson(body: Buffer): unknown {
   } catch (err) {
     throw tgError('INVALID_REQUEST', `the request is not valid JSON: ${(err as Error).message}`);
   }
-}
-
-function checkVersion<T extends { version: string }>(versions: T[], model: string, version: string): T {
-  const found = versions.find((v) => v.version === version);
-  if (!found)
-    throw tgError(
-      'VERSION_NOT_FOUND',
-      `${model} has no version ${version}; it has ${versions.map((v) => v.version).join(', ')}`,
-      { model, version },
-    );
-  return found;
 }

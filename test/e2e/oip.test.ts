@@ -17,10 +17,12 @@ import { ROOT } from '../helpers/models.js';
 const CLIENT_PYTHON = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
 let server: Connected;
 let base: string;
+let grpcAddress: string;
 
 before(async () => {
-  server = await connect('http');
+  server = await connect('http', 120_000, ['--grpc', '0']);
   base = (server.url as string).replace(/\/mcp$/, '');
+  grpcAddress = /OIP v2 gRPC at ([\d.]+:\d+)/.exec(server.serverLog())?.[1] as string;
 });
 
 after(async () => {
@@ -188,6 +190,58 @@ describe('OIP v2 with tritonclient', () => {
     assert.match(report.errors.unknown_version ?? '', /^VERSION_NOT_FOUND/);
     assert.equal(report.ready_after_unload, false);
     assert.equal(report.ready_after_load, true);
+    assert.equal(report.live_at_end, true);
+  });
+});
+
+describe('OIP v2 over gRPC with tritonclient.grpc', () => {
+  interface GrpcReport {
+    live: boolean;
+    ready: boolean;
+    server: { name: string };
+    tabular_metadata: { inputs: { name: string; datatype: string; shape: string[] }[] };
+    tabular_ready: boolean;
+    index: { models: { name: string; state: string }[] };
+    tabular_response: { id: string; parameters: Record<string, { double_param?: number; int64_param?: string }> };
+    errors: Record<string, string | null>;
+    live_at_end: boolean;
+  }
+  let report: GrpcReport;
+
+  before(() => {
+    assert.ok(grpcAddress, `no gRPC address in the server log: ${server.serverLog()}`);
+    const out = execFileSync(
+      CLIENT_PYTHON,
+      [join(ROOT, 'test/fixtures/triton_grpc_client.py'), grpcAddress, server.workDir],
+      { encoding: 'utf8', timeout: 120_000 },
+    );
+    report = JSON.parse(out) as GrpcReport;
+  });
+
+  it('answers health, metadata, readiness and the index', () => {
+    assert.equal(report.live, true);
+    assert.equal(report.ready, true);
+    assert.equal(report.server.name, 'tensorgate');
+    assert.deepEqual(report.tabular_metadata.inputs, [{ name: 'features', datatype: 'FP32', shape: ['-1', '4'] }]);
+    assert.equal(report.tabular_ready, true);
+    assert.ok(report.index.models.some((m) => m.name === 'tabular-classifier' && m.state === 'READY'));
+  });
+
+  it('infers with raw tensor contents, the same numbers as MCP, with timings as parameters', async () => {
+    assert.equal(report.tabular_response.id, 'g-1');
+    assert.equal(report.tabular_response.parameters.batch_size?.int64_param, '3');
+    assert.equal(typeof report.tabular_response.parameters.compute_ms?.double_param, 'number');
+    const dir = server.workDir;
+    const tabular = await mcpOutput('tabular-classifier', '1', 'features', join(dir, 'grpc_tabular_input.npy'));
+    assert.deepEqual(tabular, npy(join(dir, 'grpc_tabular.npy')));
+    const image = await mcpOutput('image-classifier', '1', 'image', join(dir, 'grpc_image_input.npy'));
+    assert.deepEqual(image, npy(join(dir, 'grpc_image.npy')));
+  });
+
+  it('turns bad requests into gRPC errors that carry the code', () => {
+    assert.match(report.errors.wrong_shape ?? '', /^SHAPE_MISMATCH: input "features" has shape \[2, 5\]/);
+    assert.match(report.errors.unknown_model ?? '', /^MODEL_NOT_FOUND/);
+    assert.match(report.errors.unknown_output ?? '', /^UNKNOWN_OUTPUT: output "nope"/);
     assert.equal(report.live_at_end, true);
   });
 });

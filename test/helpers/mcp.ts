@@ -17,18 +17,25 @@ export interface Connected {
   client: Client;
   workDir: string;
   url?: string;
+  /** What the server wrote on stderr so far (HTTP only). */
+  serverLog: () => string;
   close: () => Promise<void>;
 }
 
 const CLI = join(ROOT, 'bin', 'tensorgate.js');
 
-export async function connect(kind: TransportKind, readyTimeoutMs = 120_000): Promise<Connected> {
+export async function connect(
+  kind: TransportKind,
+  readyTimeoutMs = 120_000,
+  serveArgs: string[] = [],
+): Promise<Connected> {
   const models = ensureTestModels();
   const workDir = mkdtempSync(join(tmpdir(), 'tensorgate-test-'));
   const common = ['--models', models, '--registry', join(workDir, 'registry.db'), '--allow-root', workDir];
   const client = new Client({ name: 'tensorgate-tests', version: '0.0.0' });
   let close: () => Promise<void>;
   let url: string | undefined;
+  let log = '';
 
   if (kind === 'stdio') {
     const transport = new StdioClientTransport({
@@ -40,9 +47,13 @@ export async function connect(kind: TransportKind, readyTimeoutMs = 120_000): Pr
     await client.connect(transport);
     close = () => client.close();
   } else {
-    const child = spawn(process.execPath, [CLI, ...common, 'serve', '--http', '0'], {
+    const child = spawn(process.execPath, [CLI, ...common, 'serve', '--http', '0', ...serveArgs], {
       cwd: ROOT,
       stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (chunk: string) => {
+      log += chunk;
     });
     url = await waitForUrl(child);
     await client.connect(new StreamableHTTPClientTransport(new URL(url)));
@@ -53,7 +64,7 @@ export async function connect(kind: TransportKind, readyTimeoutMs = 120_000): Pr
     };
   }
   await waitForModels(client, readyTimeoutMs);
-  return { client, workDir, url, close };
+  return { client, workDir, url, close, serverLog: () => log };
 }
 
 /** Resolves with the MCP URL that `serve --http` prints on stderr once it listens. */
