@@ -245,13 +245,16 @@ export class ModelPool {
     const full = rows === batching.max_batch_size || batching.preferred_batch_sizes.includes(rows);
     const waitedUs = (performance.now() - head.enqueuedAt) * 1000;
     if (!full && waitedUs < batching.max_queue_delay_us && this.stateValue === 'ready') {
-      this.batchTimer ??= setTimeout(
-        () => {
+      // Node timers fire no sooner than 1 ms (and often later): a timer alone would stretch a
+      // 0.5 ms delay to 1-1.5 ms. Sleep on a timer until about 1 ms is left, then look again
+      // every event-loop turn (I/O still runs in between) until the delay is up.
+      const remainingMs = (batching.max_queue_delay_us - waitedUs) / 1000;
+      if (remainingMs > 1.5)
+        this.batchTimer ??= setTimeout(() => {
           this.batchTimer = undefined;
           this.drain();
-        },
-        Math.max(1, (batching.max_queue_delay_us - waitedUs) / 1000),
-      );
+        }, remainingMs - 1);
+      else if (!this.batchTimer) this.requestDrain();
       return undefined;
     }
     const taken = new Set(members);
