@@ -6,8 +6,9 @@ import type { Engine, NamedTensor } from './engines/engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
-import { tgError } from './errors.js';
+import { asTensorgateError, tgError } from './errors.js';
 import { InferenceStats } from './metrics/inference-stats.js';
+import { PrometheusMetrics } from './metrics/prometheus.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
 import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
@@ -102,6 +103,8 @@ export class Gateway {
   readonly audit: AuditLog;
   /** Request counts and stage times per model version (OIP v2 statistics). */
   readonly stats = new InferenceStats();
+  /** Prometheus metrics for /metrics. */
+  readonly metrics: PrometheusMetrics = new PrometheusMetrics(this);
   /** Training runs in the runs directory; `serve` starts its polling, other commands query on demand. */
   readonly training: TrainingControl;
   private readonly models: ModelManager;
@@ -302,32 +305,40 @@ export class Gateway {
     signal: AbortSignal | undefined,
     decode: (config: ModelConfig) => DecodedInput[],
   ) {
-    if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
     const start = performance.now();
-    const requestId = request.request_id ?? randomUUID();
-    const config = this.modelConfig(request.model);
-    const version = request.version ?? defaultVersion(config);
-    const pool = this.poolFor(config, version);
-    const parameters = parseParameters(request.parameters, config);
-
-    const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
-    const decodeStart = performance.now();
-    let decodeMs = 0;
+    let config: ModelConfig | undefined;
+    let version: string | undefined;
     let inputs: DecodedInput[];
     let response: Awaited<ReturnType<ModelPool['infer']>>;
+    let parameters: ReturnType<typeof parseParameters>;
+    let decodeMs = 0;
     try {
+      if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
+      config = this.modelConfig(request.model);
+      version = request.version ?? defaultVersion(config);
+      const pool = this.poolFor(config, version);
+      parameters = parseParameters(request.parameters, config);
+      const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
+      const decodeStart = performance.now();
       inputs = decode(config);
       decodeMs = performance.now() - decodeStart;
       response = await pool.infer({ inputs, precision: parameters.precision as Precision }, { timeoutMs, signal });
     } catch (err) {
-      this.stats.failure(config.name, version, performance.now() - start);
-      throw err;
+      // Every failure is counted: by code, and against the model version when it is known.
+      const name = config?.name;
+      if (name !== undefined && version !== undefined) this.stats.failure(name, version, performance.now() - start);
+      const error = asTensorgateError(err);
+      this.metrics.recordFailure(name, version, error);
+      throw error;
     }
+    const requestId = request.request_id ?? randomUUID();
     const rows = inputs[0]?.tensor.shape[0] ?? 1;
+    const model = config.name;
+    const modelVersion = version;
     return {
       request_id: requestId,
-      model: config.name,
-      version,
+      model,
+      version: modelVersion,
       config,
       inputs,
       topK: parameters.top_k,
@@ -337,7 +348,7 @@ export class Gateway {
       finish: (encodeStart: number): StageTimings => {
         const end = performance.now();
         const t = response.timings;
-        this.stats.success(config.name, version, {
+        this.stats.success(model, modelVersion, {
           totalMs: end - start,
           queueMs: response.queueMs,
           inputMs: decodeMs + t.fillMs + t.transferMs / 2,
@@ -345,7 +356,7 @@ export class Gateway {
           outputMs: t.transferMs / 2 + (end - encodeStart),
           rows,
         });
-        return {
+        const timings: StageTimings = {
           // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
           decode_ms: round(decodeMs + response.timings.fillMs),
           queue_ms: round(response.queueMs),
@@ -354,6 +365,8 @@ export class Gateway {
           encode_ms: round(end - encodeStart),
           total_ms: round(end - start),
         };
+        this.metrics.recordSuccess(model, modelVersion, timings, rows, response.batchSize);
+        return timings;
       },
     };
   }

@@ -7,8 +7,8 @@ import { createMcpHttpHandler } from '../mcp/http.js';
 import { registerOipRoutes } from '../oip/routes.js';
 
 /**
- * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2, and
- * /healthz. Routing is find-my-way (fastify's router) over plain node:http, so each adapter gets
+ * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
+ * Prometheus metrics at /metrics, and /healthz. Routing is find-my-way (fastify's router) over plain node:http, so each adapter gets
  * the raw request and response and no framework sits on the tensor path. Host and Origin are
  * checked against localhost on every route, which blocks DNS rebinding from a browser.
  */
@@ -34,6 +34,12 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
   router.on(['GET', 'POST', 'DELETE'], '/mcp', (req, res) => mcp.handle(req, res));
   router.on('GET', '/healthz', (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'ok' }));
+  });
+  router.on('GET', '/metrics', (_req, res) => {
+    gateway.metrics.render().then(
+      ({ text, contentType }) => res.writeHead(200, { 'content-type': contentType }).end(text),
+      (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err)),
+    );
   });
   const closeOip = registerOipRoutes(router, gateway);
 

@@ -1,0 +1,216 @@
+import { readFileSync } from 'node:fs';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { asTensorgateError } from '../errors.js';
+import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
+import type { ModelPool } from '../scheduler/model-pool.js';
+
+/**
+ * Prometheus metrics for `/metrics` (prom-client, on a registry of its own). Request counters and
+ * durations carry Triton's names where the meaning is the same, so existing Triton dashboards and
+ * alerts work; tensorgate's own histograms give every stage with buckets fine enough for
+ * P50/P90/P99. Pool figures (queue depth, state, forward passes, worker memory and CPU) are read
+ * when scraped, so the request path only pays for a few counter and histogram updates.
+ */
+
+export interface PoolView {
+  listModels(): ModelSummaryInfo[];
+  poolStats(name: string, version: string): ModelPool['stats'] | undefined;
+}
+
+const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode', 'total'] as const;
+/** 25 µs to about 100 s, ~1.6x apart: enough resolution for percentiles at every scale served. */
+const SECONDS_BUCKETS = Array.from({ length: 33 }, (_, i) => Number((25e-6 * 1.6 ** i).toPrecision(3)));
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const STATES = ['unloaded', 'loading', 'ready', 'failed', 'unloading'];
+const CLOCK_TICKS = 100;
+/** Errors already counted (the gateway counts them; an adapter answering one must not again). */
+const counted = new WeakSet<object>();
+
+export class PrometheusMetrics {
+  readonly registry = new Registry();
+  private readonly success: Counter<'model' | 'version'>;
+  private readonly failure: Counter<'model' | 'version' | 'reason'>;
+  private readonly inferences: Counter<'model' | 'version'>;
+  private readonly durationUs: Record<string, Counter<'model' | 'version'>>;
+  private readonly stages: Histogram<'model' | 'version' | 'stage'>;
+  private readonly batchRows: Histogram<'model' | 'version'>;
+  private readonly errors: Counter<'code'>;
+  /** Forward passes seen per pool at the last scrape, to turn pool totals into a counter. */
+  private readonly passesSeen = new Map<string, number>();
+
+  constructor(private readonly pools: PoolView) {
+    const registers = [this.registry];
+    const modelLabels = ['model', 'version'] as const;
+    this.success = new Counter({
+      name: 'nv_inference_request_success',
+      help: 'Successful inference requests',
+      labelNames: modelLabels,
+      registers,
+    });
+    this.failure = new Counter({
+      name: 'nv_inference_request_failure',
+      help: 'Failed inference requests, by tensorgate error code',
+      labelNames: [...modelLabels, 'reason'],
+      registers,
+    });
+    this.inferences = new Counter({
+      name: 'nv_inference_count',
+      help: 'Inferences performed (rows: a batch of N counts N)',
+      labelNames: modelLabels,
+      registers,
+    });
+    const duration = (name: string, help: string) =>
+      new Counter({ name, help: `${help}, cumulative microseconds`, labelNames: modelLabels, registers });
+    this.durationUs = {
+      request: duration('nv_inference_request_duration_us', 'Request time end to end'),
+      queue: duration('nv_inference_queue_duration_us', 'Time requests waited in the queue'),
+      input: duration(
+        'nv_inference_compute_input_duration_us',
+        'Time moving inputs to the model (decode, shared memory, IPC)',
+      ),
+      infer: duration('nv_inference_compute_infer_duration_us', 'Forward pass time'),
+      output: duration('nv_inference_compute_output_duration_us', 'Time getting outputs back and encoding them'),
+    };
+    this.stages = new Histogram({
+      name: 'tensorgate_request_stage_seconds',
+      help: 'Time of each stage of each request: decode, queue, transfer, compute, encode, total',
+      labelNames: [...modelLabels, 'stage'],
+      buckets: SECONDS_BUCKETS,
+      registers,
+    });
+    this.batchRows = new Histogram({
+      name: 'tensorgate_batch_size',
+      help: 'Rows in the forward pass that served each request (more than its own when batched)',
+      labelNames: modelLabels,
+      buckets: BATCH_BUCKETS,
+      registers,
+    });
+    this.errors = new Counter({
+      name: 'tensorgate_errors_total',
+      help: 'Failed requests by error code, whatever the model (unknown models included)',
+      labelNames: ['code'],
+      registers,
+    });
+    this.registerPoolMetrics(registers);
+  }
+
+  recordSuccess(model: string, version: string, t: StageTimings, rows: number, batchSize: number): void {
+    const labels = { model, version };
+    this.success.inc(labels);
+    this.inferences.inc(labels, rows);
+    const us = (ms: number) => ms * 1000;
+    this.durationUs.request?.inc(labels, us(t.total_ms));
+    this.durationUs.queue?.inc(labels, us(t.queue_ms));
+    this.durationUs.input?.inc(labels, us(t.decode_ms + t.transfer_ms / 2));
+    this.durationUs.infer?.inc(labels, us(t.compute_ms));
+    this.durationUs.output?.inc(labels, us(t.transfer_ms / 2 + t.encode_ms));
+    for (const stage of STAGES) this.stages.observe({ model, version, stage }, t[`${stage}_ms`] / 1000);
+    this.batchRows.observe(labels, batchSize);
+  }
+
+  /** A failed request: by code, and against the model version when it is known. Counted once. */
+  recordFailure(model: string | undefined, version: string | undefined, err: unknown): void {
+    const error = asTensorgateError(err);
+    if (counted.has(error)) return;
+    counted.add(error);
+    this.errors.inc({ code: error.code });
+    if (model !== undefined && version !== undefined) this.failure.inc({ model, version, reason: error.code });
+  }
+
+  /** The exposition text, and its content type. */
+  async render(): Promise<{ text: string; contentType: string }> {
+    return { text: await this.registry.metrics(), contentType: this.registry.contentType };
+  }
+
+  private registerPoolMetrics(registers: Registry[]): void {
+    const pools = this.pools;
+    const each = (fn: (model: string, version: string, state: string, stats?: ModelPool['stats']) => void) => {
+      for (const m of pools.listModels())
+        for (const v of m.versions) fn(m.name, v.version, v.state, pools.poolStats(m.name, v.version));
+    };
+    const passesSeen = this.passesSeen;
+    new Counter({
+      name: 'nv_inference_exec_count',
+      help: 'Forward passes (batches) executed',
+      labelNames: ['model', 'version'],
+      registers,
+      collect() {
+        each((model, version, _state, stats) => {
+          const total = Object.values(stats?.batches ?? {}).reduce((a, b) => a + b, 0);
+          const key = `${model}\0${version}`;
+          const seen = passesSeen.get(key) ?? 0;
+          // A pool unloaded and loaded again starts from 0: count its passes from there.
+          this.inc({ model, version }, total >= seen ? total - seen : total);
+          passesSeen.set(key, total);
+        });
+      },
+    });
+    new Gauge({
+      name: 'tensorgate_queue_depth',
+      help: 'Requests waiting for an instance',
+      labelNames: ['model', 'version'],
+      registers,
+      collect() {
+        this.reset();
+        each((model, version, _state, stats) => this.set({ model, version }, stats?.queued ?? 0));
+      },
+    });
+    new Gauge({
+      name: 'tensorgate_model_state',
+      help: 'Model version state: 1 for the state it is in',
+      labelNames: ['model', 'version', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        each((model, version, state) => {
+          for (const s of STATES) this.set({ model, version, state: s }, s === state ? 1 : 0);
+        });
+      },
+    });
+    const workers = () => {
+      const out: { model: string; version: string; pid: number; rssBytes: number; cpuSeconds: number }[] = [];
+      each((model, version, _state, stats) => {
+        for (const pid of stats?.pids ?? []) {
+          const usage = processUsage(pid);
+          if (usage) out.push({ model, version, pid, ...usage });
+        }
+      });
+      return out;
+    };
+    new Gauge({
+      name: 'tensorgate_worker_resident_memory_bytes',
+      help: 'Resident memory of each worker process (the model loaded in it included)',
+      labelNames: ['model', 'version', 'pid'],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, w.rssBytes);
+      },
+    });
+    new Gauge({
+      name: 'tensorgate_worker_cpu_seconds',
+      help: 'CPU time (user + system) each worker process has used',
+      labelNames: ['model', 'version', 'pid'],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, w.cpuSeconds);
+      },
+    });
+  }
+}
+
+/** RSS and CPU seconds of a process from /proc; undefined when it is gone. */
+function processUsage(pid: number): { rssBytes: number; cpuSeconds: number } | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const pageSize = 4096;
+    return {
+      cpuSeconds: (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS,
+      rssBytes: Number(fields[21]) * pageSize,
+    };
+  } catch {
+    return undefined;
+  }
+}
