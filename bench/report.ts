@@ -15,6 +15,7 @@ import { parseArgs } from 'node:util';
 import { renderBatching } from './batching/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
+import { renderMetricsOverhead } from './metrics-overhead/render.js';
 import { renderOip } from './oip/render.js';
 import { renderShmMap } from './shm-map/render.js';
 import { renderTraining } from './training/render.js';
@@ -44,6 +45,7 @@ const RENDERERS: Record<string, Renderer> = {
   batching: renderBatching,
   training: renderTraining,
   oip: renderOip,
+  'metrics-overhead': renderMetricsOverhead,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -85,7 +87,8 @@ function main(): void {
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',
     'node --import tsx bench/training/run.ts                # about 5 minutes on 2 cores',
-    'node --import tsx bench/oip/run.ts                     # about 2 minutes on 2 cores',
+    'node --import tsx bench/oip/run.ts                     # about 4 minutes on 2 cores',
+    'node --import tsx bench/metrics-overhead/run.ts        # about 1 minute on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

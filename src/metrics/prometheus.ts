@@ -1,15 +1,16 @@
 import { readFileSync } from 'node:fs';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
 import { asTensorgateError } from '../errors.js';
 import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
 import type { ModelPool } from '../scheduler/model-pool.js';
+import { type CounterSeries, FastCounter, FastHistogram, type HistogramSeries } from './fast-metrics.js';
 
 /**
  * Prometheus metrics for `/metrics` (prom-client, on a registry of its own). Request counters and
  * durations carry Triton's names where the meaning is the same, so existing Triton dashboards and
  * alerts work; tensorgate's own histograms give every stage with buckets fine enough for
- * P50/P90/P99. Pool figures (queue depth, state, forward passes, worker memory and CPU) are read
- * when scraped, so the request path only pays for a few counter and histogram updates.
+ * P50/P90/P99. A request only adds to numbers bound to its model version (fast-metrics.ts);
+ * pool figures (queue depth, state, forward passes, worker memory and CPU) are read when scraped.
  */
 
 export interface PoolView {
@@ -26,41 +27,57 @@ const CLOCK_TICKS = 100;
 /** Errors already counted (the gateway counts them; an adapter answering one must not again). */
 const counted = new WeakSet<object>();
 
+/** One model version's series, bound to its labels. */
+interface Bound {
+  success: CounterSeries;
+  inferences: CounterSeries;
+  requestUs: CounterSeries;
+  queueUs: CounterSeries;
+  inputUs: CounterSeries;
+  inferUs: CounterSeries;
+  outputUs: CounterSeries;
+  decode: HistogramSeries;
+  queue: HistogramSeries;
+  transfer: HistogramSeries;
+  compute: HistogramSeries;
+  encode: HistogramSeries;
+  total: HistogramSeries;
+  batch: HistogramSeries;
+}
+
 export class PrometheusMetrics {
   readonly registry = new Registry();
-  private readonly success: Counter<'model' | 'version'>;
+  private readonly success: FastCounter;
   private readonly failure: Counter<'model' | 'version' | 'reason'>;
-  private readonly inferences: Counter<'model' | 'version'>;
-  private readonly durationUs: Record<string, Counter<'model' | 'version'>>;
-  private readonly stages: Histogram<'model' | 'version' | 'stage'>;
-  private readonly batchRows: Histogram<'model' | 'version'>;
+  private readonly inferences: FastCounter;
+  private readonly durationUs: Record<'request' | 'queue' | 'input' | 'infer' | 'output', FastCounter>;
+  private readonly stages: FastHistogram;
+  private readonly batchRows: FastHistogram;
   private readonly errors: Counter<'code'>;
+  private readonly bound = new Map<string, Bound>();
+  /** Off: requests update nothing (bench/metrics-overhead measures the difference). */
+  enabled = true;
   /** Forward passes seen per pool at the last scrape, to turn pool totals into a counter. */
   private readonly passesSeen = new Map<string, number>();
 
   constructor(private readonly pools: PoolView) {
     const registers = [this.registry];
     const modelLabels = ['model', 'version'] as const;
-    this.success = new Counter({
-      name: 'nv_inference_request_success',
-      help: 'Successful inference requests',
-      labelNames: modelLabels,
-      registers,
-    });
+    const registry = this.registry;
+    this.success = new FastCounter('nv_inference_request_success', 'Successful inference requests', registry);
     this.failure = new Counter({
       name: 'nv_inference_request_failure',
       help: 'Failed inference requests, by tensorgate error code',
       labelNames: [...modelLabels, 'reason'],
       registers,
     });
-    this.inferences = new Counter({
-      name: 'nv_inference_count',
-      help: 'Inferences performed (rows: a batch of N counts N)',
-      labelNames: modelLabels,
-      registers,
-    });
+    this.inferences = new FastCounter(
+      'nv_inference_count',
+      'Inferences performed (rows: a batch of N counts N)',
+      registry,
+    );
     const duration = (name: string, help: string) =>
-      new Counter({ name, help: `${help}, cumulative microseconds`, labelNames: modelLabels, registers });
+      new FastCounter(name, `${help}, cumulative microseconds`, registry);
     this.durationUs = {
       request: duration('nv_inference_request_duration_us', 'Request time end to end'),
       queue: duration('nv_inference_queue_duration_us', 'Time requests waited in the queue'),
@@ -71,20 +88,18 @@ export class PrometheusMetrics {
       infer: duration('nv_inference_compute_infer_duration_us', 'Forward pass time'),
       output: duration('nv_inference_compute_output_duration_us', 'Time getting outputs back and encoding them'),
     };
-    this.stages = new Histogram({
-      name: 'tensorgate_request_stage_seconds',
-      help: 'Time of each stage of each request: decode, queue, transfer, compute, encode, total',
-      labelNames: [...modelLabels, 'stage'],
-      buckets: SECONDS_BUCKETS,
-      registers,
-    });
-    this.batchRows = new Histogram({
-      name: 'tensorgate_batch_size',
-      help: 'Rows in the forward pass that served each request (more than its own when batched)',
-      labelNames: modelLabels,
-      buckets: BATCH_BUCKETS,
-      registers,
-    });
+    this.stages = new FastHistogram(
+      'tensorgate_request_stage_seconds',
+      'Time of each stage of each request: decode, queue, transfer, compute, encode, total',
+      SECONDS_BUCKETS,
+      registry,
+    );
+    this.batchRows = new FastHistogram(
+      'tensorgate_batch_size',
+      'Rows in the forward pass that served each request (more than its own when batched)',
+      BATCH_BUCKETS,
+      registry,
+    );
     this.errors = new Counter({
       name: 'tensorgate_errors_total',
       help: 'Failed requests by error code, whatever the model (unknown models included)',
@@ -95,23 +110,57 @@ export class PrometheusMetrics {
   }
 
   recordSuccess(model: string, version: string, t: StageTimings, rows: number, batchSize: number): void {
-    const labels = { model, version };
-    this.success.inc(labels);
-    this.inferences.inc(labels, rows);
-    const us = (ms: number) => ms * 1000;
-    this.durationUs.request?.inc(labels, us(t.total_ms));
-    this.durationUs.queue?.inc(labels, us(t.queue_ms));
-    this.durationUs.input?.inc(labels, us(t.decode_ms + t.transfer_ms / 2));
-    this.durationUs.infer?.inc(labels, us(t.compute_ms));
-    this.durationUs.output?.inc(labels, us(t.transfer_ms / 2 + t.encode_ms));
-    for (const stage of STAGES) this.stages.observe({ model, version, stage }, t[`${stage}_ms`] / 1000);
-    this.batchRows.observe(labels, batchSize);
+    if (!this.enabled) return;
+    const c = this.children(model, version);
+    c.success.value++;
+    c.inferences.value += rows;
+    c.requestUs.value += t.total_ms * 1000;
+    c.queueUs.value += t.queue_ms * 1000;
+    c.inputUs.value += (t.decode_ms + t.transfer_ms / 2) * 1000;
+    c.inferUs.value += t.compute_ms * 1000;
+    c.outputUs.value += (t.transfer_ms / 2 + t.encode_ms) * 1000;
+    const stages = this.stages;
+    stages.observe(c.decode, t.decode_ms / 1000);
+    stages.observe(c.queue, t.queue_ms / 1000);
+    stages.observe(c.transfer, t.transfer_ms / 1000);
+    stages.observe(c.compute, t.compute_ms / 1000);
+    stages.observe(c.encode, t.encode_ms / 1000);
+    stages.observe(c.total, t.total_ms / 1000);
+    this.batchRows.observe(c.batch, batchSize);
+  }
+
+  /** The label-bound series of one model version, made once. */
+  private children(model: string, version: string): Bound {
+    const key = `${model}\0${version}`;
+    let c = this.bound.get(key);
+    if (!c) {
+      const labels = { model, version };
+      const stage = (name: (typeof STAGES)[number]) => this.stages.bind({ model, version, stage: name });
+      c = {
+        success: this.success.bind(labels),
+        inferences: this.inferences.bind(labels),
+        requestUs: this.durationUs.request.bind(labels),
+        queueUs: this.durationUs.queue.bind(labels),
+        inputUs: this.durationUs.input.bind(labels),
+        inferUs: this.durationUs.infer.bind(labels),
+        outputUs: this.durationUs.output.bind(labels),
+        decode: stage('decode'),
+        queue: stage('queue'),
+        transfer: stage('transfer'),
+        compute: stage('compute'),
+        encode: stage('encode'),
+        total: stage('total'),
+        batch: this.batchRows.bind(labels),
+      };
+      this.bound.set(key, c);
+    }
+    return c;
   }
 
   /** A failed request: by code, and against the model version when it is known. Counted once. */
   recordFailure(model: string | undefined, version: string | undefined, err: unknown): void {
     const error = asTensorgateError(err);
-    if (counted.has(error)) return;
+    if (!this.enabled || counted.has(error)) return;
     counted.add(error);
     this.errors.inc({ code: error.code });
     if (model !== undefined && version !== undefined) this.failure.inc({ model, version, reason: error.code });
