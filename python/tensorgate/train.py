@@ -80,6 +80,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TYPES = ("float", "int", "bool")
 _PAUSE_POLL_S = 0.02
 _PINNED_BUFFERS = 8
+#: The agreement all-reduce buffers of every run of the process (two per run; see Run._agree).
+_KEEP_ALIVE: list = []
 
 
 def default_runs_dir() -> str:
@@ -195,6 +197,8 @@ class Run:
         self._pinned_values: dict[str, float] = {}
         self._agree_work: Any = None
         self._agree_tensor: Any = None
+        self._agree_buffers: list | None = None
+        self._agree_flip = 0
         self._staged: deque = deque()
         self._free_pinned: list = []
         self.dropped_metrics = 0
@@ -336,10 +340,19 @@ class Run:
         if work is not None:
             work.wait()
             self._apply_due(step, optimizer, scheduler, int(self._agree_tensor[0]))
-        torch = sys.modules["torch"]
-        self._agree_tensor = torch.tensor([self._slot.seen_version], dtype=torch.int64)
+        if self._agree_buffers is None:
+            torch = sys.modules["torch"]
+            self._agree_buffers = [torch.zeros(1, dtype=torch.int64) for _ in range(2)]
+            # Held for the life of the process: if a gloo thread dropped the last reference to a
+            # tensor made in Python, freeing it would need the GIL, and at interpreter exit
+            # (torch 1.13) the main thread joins that thread while holding the GIL: a deadlock.
+            _KEEP_ALIVE.extend(self._agree_buffers)
+        self._agree_flip ^= 1
+        tensor = self._agree_buffers[self._agree_flip]
+        tensor[0] = self._slot.seen_version
+        self._agree_tensor = tensor
         self._agree_work = self._dist.all_reduce(
-            self._agree_tensor, op=self._dist.ReduceOp.MIN, group=self._group, async_op=True
+            tensor, op=self._dist.ReduceOp.MIN, group=self._group, async_op=True
         )
 
     def _apply_due(

@@ -240,7 +240,7 @@ describe('training runs over MCP', () => {
     for (const t of ts) t.child.kill('SIGTERM');
   });
 
-  it('two ranks of a torch.distributed (gloo) job apply a change at the same step', async () => {
+  it('two ranks of a torch.distributed (gloo) job apply a change at the same step', { timeout: 120_000 }, async () => {
     const port = String(await freePort());
     const env = (rank: number) => ({
       RANK: String(rank),
