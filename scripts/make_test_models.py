@@ -40,6 +40,11 @@ class MultiOut(nn.Module):
         return {"scores": torch.softmax(x, dim=-1), "argmax": torch.argmax(x, dim=-1)}
 
 
+class RowSum(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(dim=-1)
+
+
 class Typed(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.float64).mean(dim=-1)
@@ -90,7 +95,9 @@ def main() -> None:
     build(out, "multi_out", "Softmax scores and their argmax.", x, [scores, argmax], MultiOut())
     ints, mean = [spec("x", "int64", [-1, 3])], [spec("mean", "float64", [-1])]
     build(out, "typed", "Mean of each int64 row, as float64.", ints, mean, Typed())
-    print(f"wrote sleepy, flaky, adder, multi_out, typed to {out.resolve()}")
+    wide, sums = [spec("x", "float32", [-1, -1])], [spec("sum", "float32", [-1])]
+    build(out, "row_sum", "Sum of each row: large inputs, tiny outputs.", wide, sums, RowSum())
+    print(f"wrote sleepy, flaky, adder, multi_out, typed, row_sum to {out.resolve()}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ export const ERROR_CODES = {
   PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
   FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },
   HANDLE_NOT_FOUND: { status: 404, summary: 'A tensor:// handle is unknown or has expired.' },
+  REQUEST_NOT_FOUND: {
+    status: 404,
+    summary: 'No recent request with that id: unknown, or older than the last 4096 of its model version.',
+  },
   BAD_PARAMETER: { status: 400, summary: 'A request parameter is unknown or has a value the model does not offer.' },
   INVALID_REQUEST: {
     status: 400,

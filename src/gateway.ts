@@ -6,9 +6,11 @@ import type { Engine, NamedTensor } from './engines/engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
-import { asTensorgateError, tgError } from './errors.js';
+import { asTensorgateError, type TensorgateError, tgError } from './errors.js';
+import { GpuSampler } from './metrics/gpu.js';
 import { InferenceStats } from './metrics/inference-stats.js';
 import { PrometheusMetrics } from './metrics/prometheus.js';
+import { RequestWindow } from './metrics/request-window.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
 import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
@@ -87,6 +89,8 @@ export interface VersionStatus {
   device?: string;
   load_ms?: number;
   warmup_ms?: number;
+  /** Parameters and buffers held, all instances together. */
+  loaded_bytes?: number;
   error?: string;
 }
 
@@ -105,6 +109,10 @@ export class Gateway {
   readonly stats = new InferenceStats();
   /** Prometheus metrics for /metrics. */
   readonly metrics: PrometheusMetrics = new PrometheusMetrics(this);
+  /** The last few thousand requests of each version: percentiles, rates, diagnoses. */
+  readonly window = new RequestWindow();
+  /** GPU utilisation and memory; `serve` starts it, and it reports nothing where there is no GPU. */
+  readonly gpu = new GpuSampler();
   /** Training runs in the runs directory; `serve` starts its polling, other commands query on demand. */
   readonly training: TrainingControl;
   private readonly models: ModelManager;
@@ -135,6 +143,11 @@ export class Gateway {
         else this.registry.setVersionStatus(name, version, 'failed', { error: error?.message ?? 'unknown' });
       },
     });
+  }
+
+  /** Starts GPU sampling; GPU metrics appear in /metrics once a GPU is found, never otherwise. */
+  async startGpuSampling(): Promise<void> {
+    if (await this.gpu.start()) this.metrics.registerGpuMetrics(this.gpu);
   }
 
   /** True once close() has begun: no new requests are taken. */
@@ -228,7 +241,14 @@ export class Gateway {
           version,
           state: this.models.state(name, version),
           ...(pool ? { stats: pool.stats } : {}),
-          ...(info ? { device: info.device, load_ms: round(info.loadMs), warmup_ms: round(info.warmupMs) } : {}),
+          ...(info
+            ? {
+                device: info.device,
+                load_ms: round(info.loadMs),
+                warmup_ms: round(info.warmupMs),
+                loaded_bytes: info.weightsBytes * (pool?.stats.instances ?? 1),
+              }
+            : {}),
           ...(pool?.error ? { error: pool.error.message } : {}),
         };
       }),
@@ -306,6 +326,7 @@ export class Gateway {
     decode: (config: ModelConfig) => DecodedInput[],
   ) {
     const start = performance.now();
+    const requestId = request.request_id ?? randomUUID();
     let config: ModelConfig | undefined;
     let version: string | undefined;
     let inputs: DecodedInput[];
@@ -327,11 +348,8 @@ export class Gateway {
       // Every failure is counted: by code, and against the model version when it is known.
       const name = config?.name;
       if (name !== undefined && version !== undefined) this.stats.failure(name, version, performance.now() - start);
-      const error = asTensorgateError(err);
-      this.metrics.recordFailure(name, version, error);
-      throw error;
+      throw this.recordFailure(err, { model: name, version, requestId, totalMs: performance.now() - start });
     }
-    const requestId = request.request_id ?? randomUUID();
     const rows = inputs[0]?.tensor.shape[0] ?? 1;
     const model = config.name;
     const modelVersion = version;
@@ -366,9 +384,27 @@ export class Gateway {
           total_ms: round(end - start),
         };
         this.metrics.recordSuccess(model, modelVersion, timings, rows, response.batchSize);
+        if (this.metrics.enabled)
+          this.window.recordSuccess(model, modelVersion, requestId, timings, response.batchSize, rows, inputs[0]?.form);
         return timings;
       },
     };
+  }
+
+  /**
+   * Counts a failed request once, whichever layer saw it first (the pipeline, or an adapter that
+   * could not even parse the request): by code, and against its model version when known.
+   */
+  recordFailure(
+    err: unknown,
+    where: { model?: string | undefined; version?: string | undefined; requestId?: string; totalMs?: number } = {},
+  ): TensorgateError {
+    const error = asTensorgateError(err);
+    if (!this.metrics.enabled || counted.has(error)) return error;
+    counted.add(error);
+    this.metrics.recordFailure(where.model, where.version, error);
+    this.window.recordFailure(where.model, where.version, where.requestId ?? '', where.totalMs ?? 0, error.code);
+    return error;
   }
 
   /**
@@ -379,6 +415,7 @@ export class Gateway {
     if (this.closed) return;
     this.closed = true;
     this.training.close();
+    this.gpu.stop();
     await this.models.closeAll(graceMs);
     this.registry.close();
   }
@@ -419,6 +456,9 @@ export class Gateway {
     return dir;
   }
 }
+
+/** Errors already counted: an adapter answering one the pipeline counted must not count it again. */
+const counted = new WeakSet<object>();
 
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;

@@ -153,6 +153,7 @@ class Worker:
             "device": str(device),
             "load_ms": _ms(start, loaded),
             "warmup_ms": round(warmup_ms, 3),
+            "weights_bytes": weights_bytes(model),
         }
 
     def _infer(self, message: Message) -> Message:
@@ -212,3 +213,16 @@ class Worker:
     def _shutdown(self, _message: Message) -> Message:
         self.running = False
         return {}
+
+
+def weights_bytes(model: torch.nn.Module) -> int:
+    """Bytes held by the model's parameters and buffers (shared tensors counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        total += tensor.numel() * tensor.element_size()
+    return total

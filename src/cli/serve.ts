@@ -21,6 +21,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
   });
   gateway.training.start();
+  void gateway.startGpuSampling();
   // Every transport started; closed together once the gateway has finished what is in flight.
   const transports: (() => Promise<void>)[] = [];
   let stopping = false;

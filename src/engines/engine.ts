@@ -41,6 +41,8 @@ export interface LoadInfo {
   device: string;
   loadMs: number;
   warmupMs: number;
+  /** Bytes of parameters and buffers the instance holds. */
+  weightsBytes: number;
   runtime: string;
 }
 

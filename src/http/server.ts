@@ -5,10 +5,11 @@ import FindMyWay from 'find-my-way';
 import type { Gateway } from '../gateway.js';
 import { createMcpHttpHandler } from '../mcp/http.js';
 import { registerOipRoutes } from '../oip/routes.js';
+import { registerDashboardRoutes } from './dashboard.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
- * Prometheus metrics at /metrics, and /healthz. Routing is find-my-way (fastify's router) over plain node:http, so each adapter gets
+ * Prometheus metrics at /metrics, the live dashboard under /dashboard, and /healthz. Routing is find-my-way (fastify's router) over plain node:http, so each adapter gets
  * the raw request and response and no framework sits on the tensor path. Host and Origin are
  * checked against localhost on every route, which blocks DNS rebinding from a browser.
  */
@@ -42,6 +43,7 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
     );
   });
   const closeOip = registerOipRoutes(router, gateway);
+  const closeDashboard = registerDashboardRoutes(router, gateway);
 
   const validateHost = localhostHostValidation();
   const validateOrigin = localhostOriginValidation();
@@ -67,6 +69,7 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
     close: async () => {
       await mcp.close();
       closeOip();
+      closeDashboard();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

@@ -1,6 +1,7 @@
 import { McpServer } from '@modelcontextprotocol/server';
 import type { Gateway } from '../gateway.js';
 import { VERSION } from '../version.js';
+import { registerMonitorTools } from './monitor-tools.js';
 import { registerResources } from './resources.js';
 import { registerTools } from './tools.js';
 import { registerTrainingTools } from './training-tools.js';
@@ -11,11 +12,12 @@ export function createMcpServer(gateway: Gateway): McpServer {
     { name: 'tensorgate', version: VERSION },
     {
       instructions:
-        'tensorgate serves PyTorch models. Call list_models, then describe_model to learn input names, dtypes and shapes, then infer. Outputs come back as summaries plus tensor:// handles you can pass as later inputs. Training runs attached with tensorgate.train: list_runs, get_run, then set_hyperparameters or control_run.',
+        'tensorgate serves PyTorch models. Call list_models, then describe_model to learn input names, dtypes and shapes, then infer. get_metrics shows latency, traffic and errors per model; explain_latency says where the time of a model (or of one request) goes and what to change. Outputs come back as summaries plus tensor:// handles you can pass as later inputs. Training runs attached with tensorgate.train: list_runs, get_run, then set_hyperparameters or control_run.',
     },
   );
   registerTools(server, gateway);
   registerResources(server, gateway);
+  registerMonitorTools(server, gateway);
   registerTrainingTools(server, gateway.training);
   return server;
 }

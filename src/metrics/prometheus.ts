@@ -1,9 +1,10 @@
-import { readFileSync } from 'node:fs';
 import { Counter, Gauge, Registry } from 'prom-client';
-import { asTensorgateError } from '../errors.js';
+import type { TensorgateError } from '../errors.js';
 import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
 import type { ModelPool } from '../scheduler/model-pool.js';
 import { type CounterSeries, FastCounter, FastHistogram, type HistogramSeries } from './fast-metrics.js';
+import type { GpuSample, GpuSnapshot } from './gpu.js';
+import { processUsage } from './process-usage.js';
 
 /**
  * Prometheus metrics for `/metrics` (prom-client, on a registry of its own). Request counters and
@@ -23,9 +24,6 @@ const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode', 'total'] as 
 const SECONDS_BUCKETS = Array.from({ length: 33 }, (_, i) => Number((25e-6 * 1.6 ** i).toPrecision(3)));
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 const STATES = ['unloaded', 'loading', 'ready', 'failed', 'unloading'];
-const CLOCK_TICKS = 100;
-/** Errors already counted (the gateway counts them; an adapter answering one must not again). */
-const counted = new WeakSet<object>();
 
 /** One model version's series, bound to its labels. */
 interface Bound {
@@ -157,13 +155,54 @@ export class PrometheusMetrics {
     return c;
   }
 
-  /** A failed request: by code, and against the model version when it is known. Counted once. */
-  recordFailure(model: string | undefined, version: string | undefined, err: unknown): void {
-    const error = asTensorgateError(err);
-    if (!this.enabled || counted.has(error)) return;
-    counted.add(error);
+  /** A failed request: by code, and against the model version when it is known (Gateway.recordFailure). */
+  recordFailure(model: string | undefined, version: string | undefined, error: TensorgateError): void {
     this.errors.inc({ code: error.code });
     if (model !== undefined && version !== undefined) this.failure.inc({ model, version, reason: error.code });
+  }
+
+  /**
+   * GPU utilisation and memory, per GPU and per worker process: registered only once a GPU has
+   * been seen, so a machine without one exposes no GPU series at all.
+   */
+  registerGpuMetrics(gpu: { readonly snapshot: GpuSnapshot | undefined }): void {
+    const registers = [this.registry];
+    const perGpu = (name: string, help: string, value: (g: GpuSample) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['gpu', 'name'],
+        registers,
+        collect() {
+          this.reset();
+          for (const g of gpu.snapshot?.gpus ?? []) this.set({ gpu: String(g.index), name: g.name }, value(g));
+        },
+      });
+    perGpu(
+      'tensorgate_gpu_utilization_ratio',
+      'GPU busy fraction over the last sample period (nvidia-smi)',
+      (g) => g.utilization,
+    );
+    perGpu('tensorgate_gpu_memory_used_bytes', 'GPU memory in use', (g) => g.memory_used_bytes);
+    perGpu('tensorgate_gpu_memory_total_bytes', 'GPU memory in all', (g) => g.memory_total_bytes);
+    const pools = this.pools;
+    new Gauge({
+      name: 'tensorgate_worker_gpu_memory_bytes',
+      help: 'GPU memory each worker process holds',
+      labelNames: ['model', 'version', 'pid'],
+      registers,
+      collect() {
+        this.reset();
+        const byPid = gpu.snapshot?.processMemoryBytes;
+        if (!byPid) return;
+        for (const m of pools.listModels())
+          for (const v of m.versions)
+            for (const pid of pools.poolStats(m.name, v.version)?.pids ?? []) {
+              const bytes = byPid.get(pid);
+              if (bytes !== undefined) this.set({ model: m.name, version: v.version, pid: String(pid) }, bytes);
+            }
+      },
+    });
   }
 
   /** The exposition text, and its content type. */
@@ -227,6 +266,18 @@ export class PrometheusMetrics {
       return out;
     };
     new Gauge({
+      name: 'tensorgate_model_loaded_bytes',
+      help: 'Parameters and buffers a loaded model version holds, all its instances together',
+      labelNames: ['model', 'version'],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of pools.listModels())
+          for (const v of m.versions)
+            if (v.loaded_bytes !== undefined) this.set({ model: m.name, version: v.version }, v.loaded_bytes);
+      },
+    });
+    new Gauge({
       name: 'tensorgate_worker_resident_memory_bytes',
       help: 'Resident memory of each worker process (the model loaded in it included)',
       labelNames: ['model', 'version', 'pid'],
@@ -246,20 +297,5 @@ export class PrometheusMetrics {
         for (const w of workers()) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, w.cpuSeconds);
       },
     });
-  }
-}
-
-/** RSS and CPU seconds of a process from /proc; undefined when it is gone. */
-function processUsage(pid: number): { rssBytes: number; cpuSeconds: number } | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const pageSize = 4096;
-    return {
-      cpuSeconds: (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS,
-      rssBytes: Number(fields[21]) * pageSize,
-    };
-  } catch {
-    return undefined;
   }
 }

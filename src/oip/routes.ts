@@ -73,7 +73,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       (async () => handler(req, res, params))().catch((err: unknown) => {
         // A body left unread would otherwise keep the socket busy; drain it before answering.
         req.resume();
-        gateway.metrics.recordFailure(undefined, undefined, err);
+        gateway.recordFailure(err);
         sendError(res, err);
       });
     });

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type Connected, connect } from '../helpers/mcp.js';
@@ -132,5 +133,14 @@ describe('Prometheus /metrics', () => {
     );
     assert.ok(rss && rss.value > 10 * 2 ** 20, 'a worker holds at least 10 MiB');
     assert.ok((families.tensorgate_worker_cpu_seconds?.samples.length ?? 0) > 0);
+    // The demo tabular MLP, 4-16-3 in float32, and any normalisation buffers it keeps.
+    const loaded = value(families, 'tensorgate_model_loaded_bytes', { model: 'tabular-classifier', version: '1' });
+    assert.ok(loaded >= (4 * 16 + 16 + 16 * 3 + 3) * 4 && loaded < 10_000, String(loaded));
+    if (!existsSync('/dev/nvidiactl'))
+      assert.deepEqual(
+        Object.keys(families).filter((name) => name.includes('gpu')),
+        [],
+        'no GPU: no GPU series at all',
+      );
   });
 });

@@ -42,6 +42,8 @@ export const LoadResultSchema = z.object({
   device: z.string(),
   load_ms: z.number(),
   warmup_ms: z.number(),
+  /** Parameters and buffers of the loaded model. */
+  weights_bytes: z.number().int().nonnegative(),
 });
 export type LoadResult = z.infer<typeof LoadResultSchema>;
 

@@ -80,6 +80,7 @@ export class TorchInstance implements EngineInstance {
       device: loaded.device,
       loadMs: loaded.load_ms,
       warmupMs: loaded.warmup_ms,
+      weightsBytes: loaded.weights_bytes,
       runtime: `torch ${hello.torch} (python ${hello.python})`,
     };
   }

@@ -1,0 +1,125 @@
+import type { Gateway } from '../gateway.js';
+import type { VersionState } from '../scheduler/model-manager.js';
+import type { RunListing } from '../training/training-control.js';
+import { VERSION } from '../version.js';
+import type { GpuSample } from './gpu.js';
+import { processUsage } from './process-usage.js';
+import type { WindowSummary } from './request-window.js';
+
+/**
+ * One picture of the whole server: every model version's state, pool, workers and recent-window
+ * figures, the GPUs, and the training runs. `get_metrics`, the dashboard's live feed and
+ * `tensorgate top` all read this one shape, so they never disagree.
+ */
+
+export interface WorkerSnapshot {
+  pid: number;
+  rss_bytes: number;
+  cpu_seconds: number;
+  /** Present when a GPU is and the process holds memory on it. */
+  gpu_memory_bytes?: number;
+}
+
+export interface VersionSnapshot {
+  version: string;
+  state: VersionState;
+  device?: string;
+  instances: number;
+  busy: number;
+  queued: number;
+  restarts: number;
+  /** Forward passes by batch size, since load. */
+  batches: Record<string, number>;
+  /** Parameters and buffers, all instances together. */
+  loaded_bytes?: number;
+  load_ms?: number;
+  warmup_ms?: number;
+  error?: string;
+  workers: WorkerSnapshot[];
+  /** Requests, rates, percentiles and errors over the recent window. */
+  window: WindowSummary;
+  /** Since the server started. */
+  totals: { success: number; failure: number; inferences: number };
+}
+
+export interface ModelSnapshot {
+  name: string;
+  description: string;
+  default_version: string;
+  versions: VersionSnapshot[];
+}
+
+export interface ServerSnapshot {
+  tensorgate: string;
+  /** Epoch milliseconds. */
+  time: number;
+  uptime_s: number;
+  window_s: number;
+  models: ModelSnapshot[];
+  /** Failures that named no known model (unknown model, malformed request), over the window. */
+  unattributed: { failed: number; top_errors: WindowSummary['top_errors'] };
+  /** Absent where there is no GPU. */
+  gpus?: GpuSample[];
+  training: RunListing[];
+}
+
+export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapshot {
+  const now = Date.now();
+  const gpu = gateway.gpu.snapshot;
+  const models = gateway.listModels().map((m) => ({
+    name: m.name,
+    description: m.description,
+    default_version: m.default_version,
+    versions: m.versions.map((v): VersionSnapshot => {
+      const stats = v.stats;
+      const totals = gateway.stats.get(m.name, v.version);
+      const workers = (stats?.pids ?? []).flatMap((pid): WorkerSnapshot[] => {
+        const usage = processUsage(pid);
+        if (!usage) return [];
+        const gpuBytes = gpu?.processMemoryBytes.get(pid);
+        return [
+          {
+            pid,
+            rss_bytes: usage.rssBytes,
+            cpu_seconds: usage.cpuSeconds,
+            ...(gpuBytes !== undefined ? { gpu_memory_bytes: gpuBytes } : {}),
+          },
+        ];
+      });
+      return {
+        version: v.version,
+        state: v.state,
+        ...(v.device ? { device: v.device } : {}),
+        instances: stats?.instances ?? 0,
+        busy: stats?.busy ?? 0,
+        queued: stats?.queued ?? 0,
+        restarts: stats?.restarts ?? 0,
+        batches: stats?.batches ?? {},
+        ...(v.loaded_bytes !== undefined ? { loaded_bytes: v.loaded_bytes } : {}),
+        ...(v.load_ms !== undefined ? { load_ms: v.load_ms } : {}),
+        ...(v.warmup_ms !== undefined ? { warmup_ms: v.warmup_ms } : {}),
+        ...(v.error ? { error: v.error } : {}),
+        workers,
+        window: gateway.window.summary(m.name, v.version, windowMs, now),
+        totals: { success: totals.success.count, failure: totals.fail.count, inferences: totals.inference_count },
+      };
+    }),
+  }));
+  const unattributed = gateway.window.summary('', '', windowMs, now);
+  let training: RunListing[] = [];
+  try {
+    training = gateway.training.listRuns().runs;
+  } catch {
+    // An unreadable runs directory leaves the training panel empty; the models still show.
+  }
+  return {
+    tensorgate: VERSION,
+    time: now,
+    uptime_s: Math.round(process.uptime()),
+    window_s: windowMs / 1000,
+    models,
+    unattributed: { failed: unattributed.failed, top_errors: unattributed.top_errors },
+    ...(gpu ? { gpus: gpu.gpus } : {}),
+    training,
+  };
+}
