@@ -198,10 +198,8 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           lines.push(
             `gpu ${g.index} ${g.name}: ${Math.round(g.utilization * 100)}% busy, ${mib(g.memory_used_bytes)} of ${mib(g.memory_total_bytes)}`,
           );
-        const window =
-          rows.length > 0 ? (models[0]?.versions[0]?.window.window_s ?? snapshot.window_s) : snapshot.window_s;
-        return jsonResult(`last ${window} s\n${lines.join('\n') || 'No models are registered.'}`, {
-          window_s: window,
+        return jsonResult(`last ${snapshot.window_s} s\n${lines.join('\n') || 'No models are registered.'}`, {
+          window_s: snapshot.window_s,
           models: rows,
           ...(snapshot.unattributed.failed > 0 ? { unattributed_errors: snapshot.unattributed.top_errors } : {}),
           ...(snapshot.gpus ? { gpus: snapshot.gpus } : {}),

@@ -1,5 +1,5 @@
 import type { InputForm } from '../requests/decode-inputs.js';
-import type { Stage, StageTimes, WindowSummary } from './request-window.js';
+import { round, type Stage, type StageTimes, type WindowSummary } from './request-window.js';
 
 /**
  * Turns stage times into an answer to "where do my milliseconds go, and what do I change?": the
@@ -184,8 +184,4 @@ function tailFinding(summary: WindowSummary): string | undefined {
 function errorFinding(summary: WindowSummary): string {
   const codes = summary.top_errors.map((e) => `${e.code} ${e.count}`).join(', ');
   return `${pct(summary.error_rate)} of requests failed (${codes}); failures are not in the breakdown.`;
-}
-
-function round(x: number): number {
-  return Math.round(x * 1000) / 1000;
 }

@@ -173,9 +173,14 @@ export class RequestWindow {
     });
   }
 
+  /** Seconds a window of `windowMs` really covers: less while the server is younger than it. */
+  coveredSeconds(windowMs: number, now = Date.now()): number {
+    return Math.max(1e-3, Math.min(windowMs, now - this.started)) / 1000;
+  }
+
   /** Percentiles, rates and error codes of one version over the last `windowMs`. */
   summary(model: string, version: string, windowMs: number, now = Date.now()): WindowSummary {
-    const windowS = Math.max(1e-3, Math.min(windowMs, now - this.started)) / 1000;
+    const windowS = this.coveredSeconds(windowMs, now);
     const ring = this.rings.get(`${model}\0${version}`);
     const indexes = ring ? [...ring.newest(now - windowMs)] : [];
     const okIdx = ring ? indexes.filter((i) => ring.ok[i] === 1) : [];
@@ -277,6 +282,7 @@ export function percentiles(values: number[]): Percentiles {
   return { p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), mean: round(mean) };
 }
 
-function round(x: number): number {
+/** Rounds to microsecond resolution for millisecond figures (three decimals). */
+export function round(x: number): number {
   return Math.round(x * 1000) / 1000;
 }

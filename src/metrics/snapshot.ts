@@ -4,7 +4,7 @@ import type { RunListing } from '../training/training-control.js';
 import { VERSION } from '../version.js';
 import type { GpuSample } from './gpu.js';
 import { processUsage } from './process-usage.js';
-import type { WindowSummary } from './request-window.js';
+import { round, type WindowSummary } from './request-window.js';
 
 /**
  * One picture of the whole server: every model version's state, pool, workers and recent-window
@@ -54,6 +54,7 @@ export interface ServerSnapshot {
   /** Epoch milliseconds. */
   time: number;
   uptime_s: number;
+  /** Seconds the window figures cover: the window asked for, or less when the server is younger. */
   window_s: number;
   models: ModelSnapshot[];
   /** Failures that named no known model (unknown model, malformed request), over the window. */
@@ -116,7 +117,7 @@ export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapsh
     tensorgate: VERSION,
     time: now,
     uptime_s: Math.round(process.uptime()),
-    window_s: windowMs / 1000,
+    window_s: round(gateway.window.coveredSeconds(windowMs, now)),
     models,
     unattributed: { failed: unattributed.failed, top_errors: unattributed.top_errors },
     ...(gpu ? { gpus: gpu.gpus } : {}),
