@@ -29,6 +29,7 @@ import { dirname, join, resolve } from 'node:path';
 import { PerformanceObserver, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { Progress } from '../../src/cli/progress.js';
 import { defaultConfig } from '../../src/config.js';
 import { Gateway, type Logger } from '../../src/gateway.js';
 import { cpuSnapshot, foreignLoad, waitForQuiet } from '../mcp-overhead/contention.js';
@@ -91,8 +92,13 @@ if (!['path', 'b64'].includes(forms.image)) throw new Error('--image-form is pat
 /** Waiting for quiet before measuring a block again stops once this much of the run was spent on it. */
 let redoBudgetMs = 60_000;
 
+/** Rounds done of the blocks being measured, on a terminal's stderr; log lines print above it. */
+let progress: Progress | undefined;
+
 function log(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`);
+  const write = () => process.stderr.write(`[bench] ${line}\n`);
+  if (progress) progress.interrupt(write);
+  else write();
 }
 
 /** Garbage-collection pauses of this process (start and duration, ms), to attribute latency tails. */
@@ -383,14 +389,20 @@ async function runModel(key: ModelKey, variants: Variant[], workDir: string, gat
           discarded: 0,
         }),
       );
+      // Redrawn once a second at most, so the indicator costs the measured process next to nothing.
+      progress = new Progress({ label: `${key} c=${concurrency}`, total: rounds * row.length, intervalMs: 1000 });
       for (let r = 0; r < rounds; r++) {
         // Rotate the order each round so no variant always follows the same one.
         for (let i = 0; i < row.length; i++) {
           const cell = row[(i + r) % row.length] as Cell;
+          progress.update({ detail: `round ${r + 1}/${rounds}: ${cell.variant.id}` });
           const request = { model: cell.variant.registered_as, version: '1', inputs: { [inputName]: value } };
           await measure(gateway, cell, request, seconds[key] / rounds);
+          progress.tick();
         }
       }
+      progress.stop();
+      progress = undefined;
       for (const cell of row) {
         const s = summarize(cell);
         log(

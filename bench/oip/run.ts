@@ -24,6 +24,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { Progress } from '../../src/cli/progress.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
 import { makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
@@ -296,15 +297,22 @@ async function measure(
   label: string,
 ): Promise<Map<Form, { chosen: Measured; rounds_p50: number[] }>> {
   const runs = new Map<Form, Measured[]>();
+  // On a terminal's stderr only, redrawn once a second at most: the client's CPU is measured too.
+  const progress = new Progress({ label, total: rounds * forms.length, intervalMs: 1000 });
   for (let round_ = 0; round_ < rounds; round_++) {
     for (const form of forms) {
+      progress.update({ detail: `round ${round_ + 1}/${rounds}: ${form}` });
       const result = await run(form);
       runs.set(form, [...(runs.get(form) ?? []), result]);
-      process.stderr.write(
-        `${label} ${form}: p50 ${result.latency.p50} ms, ${result.throughput}/s, client CPU ${result.client_cpu_percent}%\n`,
+      progress.interrupt(() =>
+        process.stderr.write(
+          `${label} ${form}: p50 ${result.latency.p50} ms, ${result.throughput}/s, client CPU ${result.client_cpu_percent}%\n`,
+        ),
       );
+      progress.tick();
     }
   }
+  progress.stop();
   const out = new Map<Form, { chosen: Measured; rounds_p50: number[] }>();
   for (const [form, all] of runs) {
     const chosen = [...all].sort((a, b) => a.latency.p50 - b.latency.p50)[Math.floor(all.length / 2)] as Measured;

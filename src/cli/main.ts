@@ -5,6 +5,7 @@ import { runModels } from './models.js';
 import { runRegister } from './register.js';
 import { callServerTool, DEFAULT_URL } from './remote.js';
 import { runServe } from './serve.js';
+import { runTop } from './top.js';
 
 /** The tensorgate command line. Each command lives in its own file; this one only wires them up. */
 
@@ -89,6 +90,16 @@ program
   .option('--precision <p>', 'fp32, bf16 or fp16, as the model offers')
   .option('--json', 'print the full result as JSON')
   .action((model: string, opts) => runInfer(program.opts(), model, opts));
+
+program
+  .command('top')
+  .description('watch a running server: per model version state, load, rates, latency and errors, live')
+  .option('--url <url>', 'the server (http://HOST:PORT) or its MCP endpoint', DEFAULT_URL)
+  .option('--window <s>', 'seconds of recent requests the figures cover', positive, 60)
+  .option('--interval <s>', 'seconds between refreshes', positive, 1)
+  .option('--once', 'print one plain frame and exit')
+  .option('--json', 'print the server snapshot as JSON and exit')
+  .action((opts) => runTop(opts));
 
 program.parseAsync().catch((err: unknown) => {
   const e = err as { code?: string; message?: string };

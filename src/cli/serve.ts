@@ -2,6 +2,8 @@ import { serveHttp } from '../http/server.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { serveGrpc } from '../oip/grpc.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
+import { watchLoading } from './load-progress.js';
+import { Progress } from './progress.js';
 
 export interface ServeOptions {
   stdio?: boolean;
@@ -16,10 +18,23 @@ export interface ServeOptions {
 export const DEFAULT_HTTP_PORT = 8765;
 
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
-  const gateway = openGateway(global, {
-    maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024),
-    ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
-  });
+  // n/N models ready on a terminal's stderr while they load; log lines print above it.
+  const progress = new Progress({ label: 'loading models' });
+  const gateway = openGateway(
+    global,
+    {
+      maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024),
+      ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
+    },
+    progress.wrap(stderrLogger),
+  );
+  const loadAll = async () => {
+    const unwatch = watchLoading(gateway, progress, 'reading the model repository');
+    await gateway.loadAll().finally(() => {
+      unwatch();
+      progress.stop();
+    });
+  };
   gateway.training.start();
   void gateway.startGpuSampling();
   // Every transport started; closed together once the gateway has finished what is in flight.
@@ -28,6 +43,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
+    progress.stop();
     // Stop intake and let queued and running requests finish (their answers still need the
     // transport), then close the transport; workers and shared memory are gone by then.
     stderrLogger(`${signal}: stopping; finishing requests in flight`);
@@ -49,13 +65,13 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     transports.push(handle.close);
     process.stdin.once('end', () => void shutdown('stdin closed'));
     stderrLogger('MCP over stdio; loading models');
-    await gateway.loadAll();
+    await loadAll();
     stderrLogger(`ready: ${gateway.listModels().length} models`);
     return;
   }
   const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host);
   transports.push(handle.close);
   stderrLogger(`MCP Streamable HTTP at ${handle.url}, OIP v2 at http://${handle.oipUrl}/v2; loading models`);
-  await gateway.loadAll();
+  await loadAll();
   stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);
 }
