@@ -2,8 +2,8 @@
 # Sets up a checkout on a fresh Debian 12 machine: PyTorch for the system Python, the Node
 # packages, the compiled CLI, and the demo models. Idempotent: steps already done are skipped.
 #   scripts/setup.sh          what serving needs
-#   scripts/setup.sh --test   also what the tests need (pytest, ruff, the third-party MCP checkers,
-#                             tritonclient in its own venv)
+#   scripts/setup.sh --test   also what the tests need (pytest, ruff, Chromium, the third-party MCP
+#                             checkers, tritonclient in its own venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +18,8 @@ apt_packages=()
 "$PYTHON" -c 'import torch, numpy' 2>/dev/null || apt_packages+=(python3-torch python3-numpy)
 if [[ $want_test == 1 ]]; then
   "$PYTHON" -c 'import pytest' 2>/dev/null || apt_packages+=(python3-pytest)
+  # The dashboard test drives a real headless browser (playwright-core with Debian's Chromium).
+  [[ -x /usr/bin/chromium ]] || apt_packages+=(chromium)
 fi
 if ((${#apt_packages[@]})); then
   step "installing ${apt_packages[*]} with apt-get"

@@ -1,13 +1,17 @@
+import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import type FindMyWay from 'find-my-way';
 import type { HTTPVersion } from 'find-my-way';
 import type { Gateway } from '../gateway.js';
 import { serverSnapshot } from '../metrics/snapshot.js';
 
 /**
- * The live view: GET /dashboard/api/snapshot (one ServerSnapshot as JSON, what `tensorgate top`
- * polls) and GET /dashboard/api/events (Server-Sent Events: a snapshot at once, then one a
- * second). Snapshots are only built while someone is watching.
+ * The live view. GET /dashboard is a static page (dashboard/ at the repository root: HTML, one
+ * JS module, CSS, and uPlot from node_modules; nothing to build) that listens to
+ * GET /dashboard/api/events (Server-Sent Events: a ServerSnapshot at once, then one a second).
+ * GET /dashboard/api/snapshot is one snapshot as JSON, what `tensorgate top` polls. Snapshots are
+ * only built while someone is watching.
  */
 
 const DEFAULT_WINDOW_S = 60;
@@ -15,6 +19,26 @@ const MAX_WINDOW_S = 3600;
 const TICK_MS = 1000;
 
 type Router = FindMyWay.Instance<HTTPVersion.V1>;
+
+/** Both src/http (run through tsx) and dist/http (compiled) sit two levels below the root. */
+const PAGE_DIR = new URL('../../dashboard/', import.meta.url);
+const uplotFile = (name: string) => createRequire(import.meta.url).resolve(`uplot/dist/${name}`);
+
+/** The only files served, read once: no path from the request ever reaches the file system. */
+const ASSETS: Record<string, { file: string | URL; type: string }> = {
+  'app.js': { file: new URL('app.js', PAGE_DIR), type: 'text/javascript; charset=utf-8' },
+  'style.css': { file: new URL('style.css', PAGE_DIR), type: 'text/css; charset=utf-8' },
+  'uPlot.esm.js': { file: uplotFile('uPlot.esm.js'), type: 'text/javascript; charset=utf-8' },
+  'uPlot.min.css': { file: uplotFile('uPlot.min.css'), type: 'text/css; charset=utf-8' },
+};
+
+/** The page loads only its own files and talks only to this server. */
+const PAGE_HEADERS = {
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+};
 
 /** `?window=S` (seconds, 1-3600), else 60. */
 function windowMs(req: IncomingMessage): number {
@@ -26,6 +50,25 @@ function windowMs(req: IncomingMessage): number {
 /** Registers the dashboard routes; the returned function ends every open event stream. */
 export function registerDashboardRoutes(router: Router, gateway: Gateway): () => void {
   const streams = new Set<ServerResponse>();
+  const page = readFileSync(new URL('index.html', PAGE_DIR));
+  const assets = new Map(
+    Object.entries(ASSETS).map(([name, a]) => [name, { body: readFileSync(a.file), type: a.type }]),
+  );
+
+  router.on('GET', '/dashboard', (_req, res) => {
+    res
+      .writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-cache', ...PAGE_HEADERS })
+      .end(page);
+  });
+
+  router.on('GET', '/dashboard/assets/:file', (_req, res, params) => {
+    const asset = assets.get(params.file ?? '');
+    if (!asset) {
+      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'no such asset' }));
+      return;
+    }
+    res.writeHead(200, { 'content-type': asset.type, 'cache-control': 'no-cache', ...PAGE_HEADERS }).end(asset.body);
+  });
 
   router.on('GET', '/dashboard/api/snapshot', (req, res) => {
     const body = JSON.stringify(serverSnapshot(gateway, windowMs(req)));

@@ -1,0 +1,128 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { type Connected, connect } from '../helpers/mcp.js';
+import { ROOT } from '../helpers/models.js';
+
+/**
+ * /dashboard in real headless Chromium (Debian's, driven by playwright-core) against the real
+ * server: it loads without console errors, shows every model, its numbers follow real OIP v2
+ * traffic, and it says so when the server goes away. Saves a screenshot.
+ */
+
+const CHROMIUM = process.env.TENSORGATE_CHROMIUM ?? '/usr/bin/chromium';
+const SCREENSHOT = join(ROOT, '.tensorgate', 'screenshots', 'dashboard.png');
+
+let server: Connected | undefined;
+let base: string;
+let browser: Browser;
+let page: Page;
+const problems: string[] = [];
+
+before(async () => {
+  assert.ok(
+    existsSync(CHROMIUM),
+    `no Chromium at ${CHROMIUM}: run scripts/setup.sh --test (installs Debian's chromium) or set TENSORGATE_CHROMIUM`,
+  );
+  server = await connect('http');
+  base = (server.url as string).replace(/\/mcp$/, '');
+  // CI runs as root, where Chromium's sandbox cannot start.
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page.on('console', (msg) => {
+    if (msg.type() === 'error') problems.push(`console: ${msg.text()}`);
+  });
+  page.on('pageerror', (err) => problems.push(`page: ${err.message}`));
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+const field = (model: string, name: string) => page.locator(`[data-model="${model}"] [data-field="${name}"]`);
+
+async function infer(body: unknown): Promise<number> {
+  const response = await fetch(`${base}/v2/models/tabular-classifier/infer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+describe('dashboard', () => {
+  it('serves the page with a strict content security policy and nothing outside its files', async () => {
+    const response = await fetch(`${base}/dashboard`);
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get('content-type') ?? '', /^text\/html/);
+    assert.match(response.headers.get('content-security-policy') ?? '', /script-src 'self'/);
+    assert.equal(response.headers.get('x-content-type-options'), 'nosniff');
+    for (const asset of ['app.js', 'style.css', 'uPlot.esm.js', 'uPlot.min.css'])
+      assert.equal((await fetch(`${base}/dashboard/assets/${asset}`)).status, 200, asset);
+    for (const path of ['/dashboard/assets/..%2Fpackage.json', '/dashboard/assets/index.ts'])
+      assert.equal((await fetch(`${base}${path}`)).status, 404, path);
+  });
+
+  it('shows every model, live, with numbers that follow real traffic', async () => {
+    const models = (await (await fetch(`${base}/v2/repository/index`, { method: 'POST' })).json()) as {
+      name: string;
+    }[];
+    const names = [...new Set(models.map((m) => m.name))];
+    assert.ok(names.length >= 3);
+
+    await page.goto(`${base}/dashboard`);
+    await page.waitForSelector('#status[data-state="live"]');
+    await page.waitForFunction(
+      () => document.querySelector('[data-model="tabular-classifier"] [data-field="state"]')?.textContent === 'ready',
+    );
+    for (const name of names)
+      assert.equal((await page.locator(`article[data-model="${name}"]`).count()) > 0, true, name);
+    const before = Number(await field('tabular-classifier', 'requests').textContent());
+
+    const features = {
+      name: 'features',
+      shape: [2, 4],
+      datatype: 'FP32',
+      data: [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3],
+    };
+    for (let i = 0; i < 6; i++) assert.equal(await infer({ inputs: [features] }), 200);
+    const bad = { name: 'features', shape: [1, 3], datatype: 'FP32', data: [1, 2, 3] };
+    assert.equal(await infer({ inputs: [bad] }), 400);
+
+    await page.waitForFunction(
+      (expected) =>
+        Number(document.querySelector('[data-model="tabular-classifier"] [data-field="requests"]')?.textContent) >=
+        expected,
+      before + 7,
+      { timeout: 10_000 },
+    );
+    const p50 = Number(await field('tabular-classifier', 'p50').textContent());
+    assert.ok(p50 > 0, `P50 shown: ${p50}`);
+    assert.equal(await field('tabular-classifier', 'batch').textContent(), '2');
+    assert.match((await field('tabular-classifier', 'errors').textContent()) ?? '', /^[1-9][\d.]*%$/);
+    assert.match((await field('tabular-classifier', 'top-errors').textContent()) ?? '', /SHAPE_MISMATCH ×1/);
+    assert.ok((await page.locator('[data-model="tabular-classifier"] .stage[data-stage]').count()) > 0);
+    assert.ok((await page.locator('[data-model="tabular-classifier"] .uplot').count()) === 2, 'two charts');
+
+    // Let the charts gather a few points, then keep a picture of it.
+    for (let i = 0; i < 3; i++) {
+      await infer({ inputs: [features] });
+      await page.waitForTimeout(700);
+    }
+    mkdirSync(join(ROOT, '.tensorgate', 'screenshots'), { recursive: true });
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    assert.ok(existsSync(SCREENSHOT));
+    assert.deepEqual(problems, []);
+  });
+
+  it('says it is disconnected when the server goes away', async () => {
+    await server?.close();
+    server = undefined;
+    await page.waitForSelector('#status[data-state="down"]', { timeout: 10_000 });
+    assert.match((await page.locator('#status-text').textContent()) ?? '', /disconnected/);
+  });
+});
