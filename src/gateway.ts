@@ -11,6 +11,8 @@ import { GpuSampler } from './metrics/gpu.js';
 import { InferenceStats } from './metrics/inference-stats.js';
 import { PrometheusMetrics } from './metrics/prometheus.js';
 import { RequestWindow } from './metrics/request-window.js';
+import type { Logger } from './observability/logger.js';
+import type { Adapter, RequestObserver } from './observability/request-observer.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
 import { Registry } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
@@ -31,7 +33,7 @@ import { TrainingControl } from './training/training-control.js';
  * time of every stage measured.
  */
 
-export type Logger = (line: string) => void;
+export type { Logger };
 
 export interface StageTimings {
   decode_ms: number;
@@ -60,6 +62,22 @@ export interface InferenceResult {
   outputs: OutputResult[];
   timings: StageTimings;
   notes: string[];
+}
+
+export interface InferOptions {
+  /** Aborts the request (a client that went away). */
+  signal?: AbortSignal;
+  /** The adapter the request came through, for the request log and spans. */
+  adapter?: Adapter;
+}
+
+/** What is known of a failed request where it failed. */
+export interface FailureContext {
+  model?: string | undefined;
+  version?: string | undefined;
+  requestId?: string;
+  adapter?: Adapter | undefined;
+  totalMs?: number;
 }
 
 export interface TensorInferenceRequest {
@@ -118,6 +136,8 @@ export class Gateway {
   private readonly models: ModelManager;
   private readonly configs = new Map<string, ModelConfig>();
   private readonly dirs = new Map<string, string>();
+  /** The request log and the tracer, when attached; with none, requests pay nothing for them. */
+  private observers: RequestObserver[] = [];
   private closed = false;
 
   constructor(
@@ -125,9 +145,9 @@ export class Gateway {
     private readonly log: Logger = () => {},
   ) {
     const removed = sweepStaleArenas();
-    if (removed.length > 0) log(`removed ${removed.length} stale shared-memory arenas`);
+    if (removed.length > 0) log(`removed ${removed.length} stale shared-memory arenas`, { removed: removed.length });
     const unmapped = shmMapUnavailableReason();
-    if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`);
+    if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`, { level: 'warn' });
     this.registry = new Registry(config.registryPath);
     this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
     this.audit = new AuditLog(config.auditLogPath);
@@ -178,7 +198,7 @@ export class Gateway {
       try {
         recorded.push(this.record(dir));
       } catch (err) {
-        this.log(`could not register ${dir}: ${(err as Error).message}`);
+        this.log(`could not register ${dir}: ${(err as Error).message}`, { level: 'error', dir });
       }
     }
     await Promise.all(
@@ -208,9 +228,13 @@ export class Gateway {
     await Promise.all(
       // A failed load leaves the version failed (or unloaded, when it never started) and is logged.
       Object.keys(config.versions).map((version) =>
-        this.models
-          .load(name, version, dir, config)
-          .catch((err: unknown) => this.log(`could not load ${name}@${version}: ${(err as Error).message}`)),
+        this.models.load(name, version, dir, config).catch((err: unknown) =>
+          this.log(`could not load ${name}@${version}: ${(err as Error).message}`, {
+            level: 'error',
+            model: name,
+            version,
+          }),
+        ),
       ),
     );
   }
@@ -269,8 +293,8 @@ export class Gateway {
     return config;
   }
 
-  async infer(request: InferenceRequest, options: { signal?: AbortSignal } = {}): Promise<InferenceResult> {
-    const run = await this.execute(request, options.signal, (config) =>
+  async infer(request: InferenceRequest, options: InferOptions = {}): Promise<InferenceResult> {
+    const run = await this.execute(request, options, (config) =>
       decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store }),
     );
     const encodeStart = performance.now();
@@ -300,13 +324,11 @@ export class Gateway {
 
   /**
    * Inference on inputs an adapter has already decoded (OIP v2), returning the output tensors
-   * themselves for the adapter to encode; `encode_ms` is left for it to measure and add.
+   * themselves for the adapter to encode; `encode_ms` is left for it to measure and add. Metrics,
+   * the request log and spans see the gateway's part only: encoding by the adapter comes after.
    */
-  async inferTensors(
-    request: TensorInferenceRequest,
-    options: { signal?: AbortSignal } = {},
-  ): Promise<TensorInferenceResult> {
-    const run = await this.execute(request, options.signal, (config) =>
+  async inferTensors(request: TensorInferenceRequest, options: InferOptions = {}): Promise<TensorInferenceResult> {
+    const run = await this.execute(request, options, (config) =>
       preparedInputs(config.inputs, request.inputs, request.form),
     );
     return {
@@ -319,10 +341,21 @@ export class Gateway {
     };
   }
 
+  /**
+   * Attaches an observer (the request log, the tracer) told of every request once it finished or
+   * failed; returns what detaches it.
+   */
+  observe(observer: RequestObserver): () => void {
+    this.observers = [...this.observers, observer];
+    return () => {
+      this.observers = this.observers.filter((o) => o !== observer);
+    };
+  }
+
   /** decode -> queue -> engine, timed; what every inference adapter shares. */
   private async execute(
     request: { model: string; version?: string; request_id?: string; parameters?: Record<string, unknown> },
-    signal: AbortSignal | undefined,
+    { signal, adapter }: InferOptions,
     decode: (config: ModelConfig) => DecodedInput[],
   ) {
     const start = performance.now();
@@ -332,6 +365,7 @@ export class Gateway {
     let inputs: DecodedInput[];
     let response: Awaited<ReturnType<ModelPool['infer']>>;
     let parameters: ReturnType<typeof parseParameters>;
+    let decodeStart = start;
     let decodeMs = 0;
     try {
       if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
@@ -340,7 +374,7 @@ export class Gateway {
       const pool = this.poolFor(config, version);
       parameters = parseParameters(request.parameters, config);
       const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
-      const decodeStart = performance.now();
+      decodeStart = performance.now();
       inputs = decode(config);
       decodeMs = performance.now() - decodeStart;
       response = await pool.infer({ inputs, precision: parameters.precision as Precision }, { timeoutMs, signal });
@@ -348,7 +382,14 @@ export class Gateway {
       // Every failure is counted: by code, and against the model version when it is known.
       const name = config?.name;
       if (name !== undefined && version !== undefined) this.stats.failure(name, version, performance.now() - start);
-      throw this.recordFailure(err, { model: name, version, requestId, totalMs: performance.now() - start });
+      // Always counted here, even when the error object is shared by the requests of one batch.
+      throw this.countFailure(asTensorgateError(err), {
+        model: name,
+        version,
+        requestId,
+        adapter,
+        totalMs: performance.now() - start,
+      });
     }
     const rows = inputs[0]?.tensor.shape[0] ?? 1;
     const model = config.name;
@@ -386,6 +427,22 @@ export class Gateway {
         this.metrics.recordSuccess(model, modelVersion, timings, rows, response.batchSize);
         if (this.metrics.enabled)
           this.window.recordSuccess(model, modelVersion, requestId, timings, response.batchSize, rows, inputs[0]?.form);
+        if (this.observers.length > 0) {
+          const finished = {
+            request_id: requestId,
+            model,
+            version: modelVersion,
+            adapter,
+            batch_size: response.batchSize,
+            rows,
+            timings,
+            startedAt: start,
+            decodeStartedAt: decodeStart,
+            encodeStartedAt: encodeStart,
+            endedAt: end,
+          };
+          for (const observer of this.observers) observer.finished(finished);
+        }
         return timings;
       },
     };
@@ -395,15 +452,29 @@ export class Gateway {
    * Counts a failed request once, whichever layer saw it first (the pipeline, or an adapter that
    * could not even parse the request): by code, and against its model version when known.
    */
-  recordFailure(
-    err: unknown,
-    where: { model?: string | undefined; version?: string | undefined; requestId?: string; totalMs?: number } = {},
-  ): TensorgateError {
+  recordFailure(err: unknown, where: FailureContext = {}): TensorgateError {
     const error = asTensorgateError(err);
-    if (!this.metrics.enabled || counted.has(error)) return error;
+    return counted.has(error) ? error : this.countFailure(error, where);
+  }
+
+  private countFailure(error: TensorgateError, where: FailureContext): TensorgateError {
     counted.add(error);
-    this.metrics.recordFailure(where.model, where.version, error);
-    this.window.recordFailure(where.model, where.version, where.requestId ?? '', where.totalMs ?? 0, error.code);
+    if (this.metrics.enabled) {
+      this.metrics.recordFailure(where.model, where.version, error);
+      this.window.recordFailure(where.model, where.version, where.requestId ?? '', where.totalMs ?? 0, error.code);
+    }
+    if (this.observers.length > 0) {
+      const failed = {
+        request_id: where.requestId,
+        model: where.model,
+        version: where.version,
+        adapter: where.adapter,
+        error,
+        total_ms: where.totalMs === undefined ? undefined : round(where.totalMs),
+        endedAt: performance.now(),
+      };
+      for (const observer of this.observers) observer.failed(failed);
+    }
     return error;
   }
 

@@ -1,6 +1,8 @@
 import { resolve } from 'node:path';
 import { defaultConfig, type GatewayConfig } from '../config.js';
 import { Gateway } from '../gateway.js';
+import type { LogFormat, Logger, LogLevel } from '../observability/logger.js';
+import { processLogging } from './logs.js';
 
 export interface GlobalOptions {
   models: string;
@@ -8,6 +10,8 @@ export interface GlobalOptions {
   allowRoot: string[];
   runsDir?: string;
   auditLog?: string;
+  logLevel?: LogLevel;
+  logFormat?: LogFormat;
 }
 
 export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}): GatewayConfig {
@@ -23,9 +27,7 @@ export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig
 }
 
 /** Progress and logs go to stderr: stdout may be the MCP stdio channel. */
-export function stderrLogger(line: string): void {
-  process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${line}\n`);
-}
+export const stderrLogger: Logger = (msg, fields) => processLogging().log(msg, fields);
 
 export function openGateway(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}, log = stderrLogger): Gateway {
   return new Gateway(configFrom(opts, overrides), log);

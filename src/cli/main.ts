@@ -1,6 +1,8 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { LOG_FORMATS, LOG_LEVELS } from '../observability/logger.js';
 import { VERSION } from '../version.js';
 import { runInfer } from './infer.js';
+import { configureLogging } from './logs.js';
 import { runModels } from './models.js';
 import { runRegister } from './register.js';
 import { callServerTool, DEFAULT_URL } from './remote.js';
@@ -35,7 +37,10 @@ const program = new Command()
   .option('--registry <file>', 'SQLite registry file', '.tensorgate/registry.db')
   .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, [])
   .option('--runs-dir <dir>', 'training runs directory (default: $TENSORGATE_RUNS_DIR or /dev/shm/tensorgate-runs)')
-  .option('--audit-log <file>', 'append-only audit log of changes', '.tensorgate/audit.jsonl');
+  .option('--audit-log <file>', 'append-only audit log of changes', '.tensorgate/audit.jsonl')
+  .addOption(new Option('--log-level <level>', 'least severe log records written').choices(LOG_LEVELS).default('info'))
+  .addOption(new Option('--log-format <format>', 'log record format on stderr').choices(LOG_FORMATS).default('json'))
+  .hook('preAction', () => configureLogging(program.opts()));
 
 program
   .command('serve')
@@ -46,6 +51,7 @@ program
   .option('--host <host>', 'address to bind for --http and --grpc', '127.0.0.1')
   .option('--max-body-mb <n>', 'largest MCP request over HTTP, in MiB (inline tensors)', positive, 64)
   .option('--memory-budget-mb <n>', 'memory all loaded models may use (resources.memory_mb x instances)', positive)
+  .option('--otlp-endpoint <url>', 'export OpenTelemetry spans over OTLP/HTTP to this collector (default: $OTEL_*)')
   .addHelpText('after', '\nWith neither --stdio nor --http, serves HTTP on port 8765.')
   .action((opts) => runServe(program.opts(), opts));
 

@@ -85,8 +85,8 @@ export class Progress {
   }
 
   /** A logger that writes through `interrupt`: pass it where log lines go while this is shown. */
-  wrap(log: (line: string) => void): (line: string) => void {
-    return (line) => this.interrupt(() => log(line));
+  wrap<Args extends unknown[]>(log: (...args: Args) => void): (...args: Args) => void {
+    return (...args) => this.interrupt(() => log(...args));
   }
 
   /** Removes the indicator for good; a final line, when given, is written in its place. */

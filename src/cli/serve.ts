@@ -3,6 +3,7 @@ import { serveStdio } from '../mcp/stdio.js';
 import { serveGrpc } from '../oip/grpc.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 import { watchLoading } from './load-progress.js';
+import { observeRequests } from './logs.js';
 import { Progress } from './progress.js';
 
 export interface ServeOptions {
@@ -13,6 +14,8 @@ export interface ServeOptions {
   host: string;
   maxBodyMb: number;
   memoryBudgetMb?: number;
+  /** Export OpenTelemetry spans to this collector (else as the OTEL_* variables say, else not). */
+  otlpEndpoint?: string;
 }
 
 export const DEFAULT_HTTP_PORT = 8765;
@@ -28,6 +31,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     },
     progress.wrap(stderrLogger),
   );
+  const stopObserving = await observeRequests(gateway, opts.otlpEndpoint);
   const loadAll = async () => {
     const unwatch = watchLoading(gateway, progress, 'reading the model repository');
     await gateway.loadAll().finally(() => {
@@ -49,6 +53,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     stderrLogger(`${signal}: stopping; finishing requests in flight`);
     await gateway.close();
     await Promise.all(transports.map((close) => close()));
+    await stopObserving();
     process.exit(0);
   };
   process.once('SIGINT', () => void shutdown('SIGINT'));

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
@@ -40,6 +41,28 @@ const PAGE_HEADERS = {
   'referrer-policy': 'no-referrer',
 };
 
+interface StaticFile {
+  body: Buffer;
+  type: string;
+  etag: string;
+}
+
+function staticFile(file: string | URL, type: string): StaticFile {
+  const body = readFileSync(file);
+  return { body, type, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"` };
+}
+
+/** `no-cache` with an ETag: the browser asks each time and gets a 304 until tensorgate is upgraded. */
+function sendStatic(req: IncomingMessage, res: ServerResponse, file: StaticFile): void {
+  const headers = { 'cache-control': 'no-cache', etag: file.etag, ...PAGE_HEADERS };
+  const ifNoneMatch = req.headers['if-none-match'];
+  if (ifNoneMatch?.split(/\s*,\s*/).includes(file.etag)) {
+    res.writeHead(304, headers).end();
+    return;
+  }
+  res.writeHead(200, { 'content-type': file.type, ...headers }).end(file.body);
+}
+
 /** `?window=S` (seconds, 1-3600), else 60. */
 function windowMs(req: IncomingMessage): number {
   const raw = new URL(req.url ?? '/', 'http://localhost').searchParams.get('window');
@@ -50,24 +73,18 @@ function windowMs(req: IncomingMessage): number {
 /** Registers the dashboard routes; the returned function ends every open event stream. */
 export function registerDashboardRoutes(router: Router, gateway: Gateway): () => void {
   const streams = new Set<ServerResponse>();
-  const page = readFileSync(new URL('index.html', PAGE_DIR));
-  const assets = new Map(
-    Object.entries(ASSETS).map(([name, a]) => [name, { body: readFileSync(a.file), type: a.type }]),
-  );
+  const page = staticFile(new URL('index.html', PAGE_DIR), 'text/html; charset=utf-8');
+  const assets = new Map(Object.entries(ASSETS).map(([name, a]) => [name, staticFile(a.file, a.type)]));
 
-  router.on('GET', '/dashboard', (_req, res) => {
-    res
-      .writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-cache', ...PAGE_HEADERS })
-      .end(page);
-  });
+  router.on('GET', '/dashboard', (req, res) => sendStatic(req, res, page));
 
-  router.on('GET', '/dashboard/assets/:file', (_req, res, params) => {
+  router.on('GET', '/dashboard/assets/:file', (req, res, params) => {
     const asset = assets.get(params.file ?? '');
     if (!asset) {
       res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'no such asset' }));
       return;
     }
-    res.writeHead(200, { 'content-type': asset.type, 'cache-control': 'no-cache', ...PAGE_HEADERS }).end(asset.body);
+    sendStatic(req, res, asset);
   });
 
   router.on('GET', '/dashboard/api/snapshot', (req, res) => {

@@ -33,6 +33,7 @@ const VersionOut = z.object({
   device: z.string().optional(),
   load_ms: z.number().optional(),
   warmup_ms: z.number().optional(),
+  loaded_bytes: z.number().optional().describe('parameters and buffers held, all instances together'),
   error: z.string().optional(),
 });
 
@@ -179,7 +180,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     async (request, ctx) => {
       try {
         // A cancellation from the client (or a closed connection) withdraws the queued request.
-        return inferResult(await gateway.infer(request, { signal: requestSignal(ctx.mcpReq.signal) }));
+        return inferResult(await gateway.infer(request, { signal: requestSignal(ctx.mcpReq.signal), adapter: 'mcp' }));
       } catch (err) {
         return errorResult(err);
       }

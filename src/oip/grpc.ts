@@ -190,7 +190,7 @@ export async function serveGrpc(gateway: Gateway, port: number, host = '127.0.0.
           inputs,
           form: (req.raw_input_contents ?? []).length > 0 ? 'binary' : 'array',
         },
-        { signal: gone.signal },
+        { signal: gone.signal, adapter: 'oip-grpc' },
       );
       const outputs = wanted.length
         ? wanted.map((name) => result.outputs.find((o) => o.name === name) as (typeof result.outputs)[number])

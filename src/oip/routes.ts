@@ -73,7 +73,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       (async () => handler(req, res, params))().catch((err: unknown) => {
         // A body left unread would otherwise keep the socket busy; drain it before answering.
         req.resume();
-        gateway.recordFailure(err);
+        gateway.recordFailure(err, { adapter: 'oip-rest' });
         sendError(res, err);
       });
     });
@@ -132,7 +132,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
         inputs: request.inputs,
         form: request.form,
       },
-      { signal: gone.signal },
+      { signal: gone.signal, adapter: 'oip-rest' },
     );
     const encodeStart = performance.now();
     const t = result.timings;

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Engine, LoadInfo } from '../engines/engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
 import type { ModelConfig } from '../registry/model-config.js';
 import { ModelPool } from './model-pool.js';
 
@@ -22,7 +23,7 @@ export interface ManagerOptions {
   maxQueue: number;
   /** Total resources.memory_mb x instances of the loaded versions; undefined: no limit. */
   memoryBudgetMb?: number;
-  log: (line: string) => void;
+  log: Logger;
   /** Called when a load ends, to persist the outcome. */
   onLoaded: (name: string, version: string, outcome: { info?: LoadInfo; error?: TensorgateError }) => void;
 }
@@ -69,17 +70,26 @@ export class ModelManager {
       { maxQueue: this.options.maxQueue, onLog: this.options.log },
     );
     this.pools.set(key(name, version), pool);
-    this.options.log(`loading ${name}@${version} (${config.versions[version]?.format}, ${config.resources.device})`);
+    this.options.log(`loading ${name}@${version} (${config.versions[version]?.format}, ${config.resources.device})`, {
+      model: name,
+      version,
+    });
     pool.start().then(
       (info) => {
         this.options.log(
           `ready ${name}@${version} on ${info.device}: load ${info.loadMs.toFixed(1)} ms, warm-up ${info.warmupMs.toFixed(1)} ms`,
+          { model: name, version, device: info.device },
         );
         this.options.onLoaded(name, version, { info });
       },
       (err: unknown) => {
         const error = asTensorgateError(err);
-        this.options.log(`failed ${name}@${version}: ${error.message}`);
+        this.options.log(`failed ${name}@${version}: ${error.message}`, {
+          level: 'error',
+          model: name,
+          version,
+          code: error.code,
+        });
         this.options.onLoaded(name, version, { error });
       },
     );
@@ -113,7 +123,7 @@ export class ModelManager {
     this.pools.delete(k);
     const done = pool.close(graceMs).finally(() => this.unloading.delete(k));
     this.unloading.set(k, done);
-    this.options.log(`unloading ${k}`);
+    this.options.log(`unloading ${k}`, { model: pool.spec.config.name, version: pool.spec.version });
     return done;
   }
 
@@ -149,6 +159,7 @@ export class ModelManager {
     for (const [k, pool] of evict) {
       this.options.log(
         `unloading ${k} (least recently used, idle ${Math.round(performance.now() - pool.lastUsed)} ms) to fit ${label}`,
+        { model: pool.spec.config.name, version: pool.spec.version },
       );
       void this.close(k, pool, 0);
     }

@@ -8,6 +8,7 @@ import type {
   ModelVersionSpec,
 } from '../engines/engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
 import { batchKey, batchRows, joinRequests, splitResponse } from './batch.js';
 import { Job } from './job.js';
 
@@ -33,7 +34,7 @@ export interface PooledResponse extends EngineResponse {
 export interface PoolOptions {
   /** Requests allowed to wait when the model config sets no max_queue_size. */
   maxQueue: number;
-  onLog?: (line: string) => void;
+  onLog?: Logger;
 }
 
 export interface InferOptions {
@@ -327,7 +328,11 @@ export class ModelPool {
     slot.ready = false;
     if (this.stateValue !== 'ready') return; // A crash during start fails start() itself.
     this.restarts += 1;
-    this.options.onLog?.(`${slot.instance.label} crashed (${err.message}); restarting`);
+    this.options.onLog?.(`${slot.instance.label} crashed (${err.message}); restarting`, {
+      level: 'warn',
+      model: this.spec.config.name,
+      version: this.spec.version,
+    });
     this.restartSlot(index, 1);
   }
 
@@ -339,7 +344,11 @@ export class ModelPool {
         .then(() => this.drain())
         .catch((restartErr: unknown) => {
           const error = asTensorgateError(restartErr);
-          this.options.onLog?.(`${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}`);
+          this.options.onLog?.(`${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}`, {
+            level: 'error',
+            model: this.spec.config.name,
+            version: this.spec.version,
+          });
           if (attempt < MAX_RESTART_ATTEMPTS) this.restartSlot(index, attempt + 1);
           else if (this.slots.every((s) => !s.ready)) this.fail(error);
         });

@@ -61,8 +61,15 @@ describe('dashboard', () => {
     assert.match(response.headers.get('content-type') ?? '', /^text\/html/);
     assert.match(response.headers.get('content-security-policy') ?? '', /script-src 'self'/);
     assert.equal(response.headers.get('x-content-type-options'), 'nosniff');
-    for (const asset of ['app.js', 'style.css', 'uPlot.esm.js', 'uPlot.min.css'])
-      assert.equal((await fetch(`${base}/dashboard/assets/${asset}`)).status, 200, asset);
+    for (const asset of ['app.js', 'style.css', 'uPlot.esm.js', 'uPlot.min.css']) {
+      const first = await fetch(`${base}/dashboard/assets/${asset}`);
+      assert.equal(first.status, 200, asset);
+      await first.arrayBuffer();
+      const etag = first.headers.get('etag') ?? '';
+      assert.match(etag, /^"[\w-]+"$/, asset);
+      const again = await fetch(`${base}/dashboard/assets/${asset}`, { headers: { 'if-none-match': etag } });
+      assert.equal(again.status, 304, `${asset} unchanged`);
+    }
     for (const path of ['/dashboard/assets/..%2Fpackage.json', '/dashboard/assets/index.ts'])
       assert.equal((await fetch(`${base}${path}`)).status, 404, path);
   });

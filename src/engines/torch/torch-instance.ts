@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { TensorgateError } from '../../errors.js';
+import type { Logger } from '../../observability/logger.js';
 import { versionDir, versionFile } from '../../registry/repository.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
@@ -22,7 +23,7 @@ import { WorkerProcess } from './worker-process.js';
 let instanceCounter = 0;
 
 export interface TorchInstanceOptions {
-  onLog?: (line: string) => void;
+  onLog?: Logger;
 }
 
 export class TorchInstance implements EngineInstance {
@@ -56,6 +57,7 @@ export class TorchInstance implements EngineInstance {
       outBytes: Math.max(outputBytes * 4, 1 << 20),
       label: this.label,
       onLog: this.options.onLog,
+      logFields: { model: config.name, version },
     });
     this.worker = worker;
     worker.onExitOnce((err) => this.onWorkerExit(err));

@@ -4,6 +4,7 @@ import type { Socket } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ErrorCode, isErrorCode, type TensorgateError, tgError } from '../../errors.js';
+import { type LogFields, type Logger, noLogger } from '../../observability/logger.js';
 import { encodeFrame, FrameDecoder } from './frame.js';
 import { type Hello, HelloSchema, ReplySchema } from './protocol.js';
 
@@ -26,7 +27,10 @@ export interface WorkerOptions {
   outBytes: number;
   /** Label used in logs, e.g. "image-classifier@1#0". */
   label: string;
-  onLog?: (line: string) => void;
+  /** The worker's output, a record per line: its log records at their level, anything else as is. */
+  onLog?: Logger;
+  /** Added to each of those records (model, version). */
+  logFields?: LogFields;
   startTimeoutMs?: number;
 }
 
@@ -65,9 +69,15 @@ export class WorkerProcess {
       },
     );
     this.channel = this.child.stdio[3] as Socket;
-    const log = options.onLog ?? (() => {});
-    forwardLines(this.child.stdout, (line) => log(`[${options.label}] ${line}`));
-    forwardLines(this.child.stderr, (line) => log(`[${options.label}] ${line}`));
+    const log = options.onLog ?? noLogger;
+    const fields = { ...options.logFields, worker: options.label, pid: this.child.pid };
+    forwardLines(this.child.stdout, (line) => log(line, { ...fields, stream: 'stdout' }));
+    forwardLines(this.child.stderr, (line) => {
+      const record = WORKER_RECORD.exec(line);
+      if (record) log(record[3] as string, { ...fields, level: WORKER_LEVELS[record[2] as string] ?? 'info' });
+      // Not a log record: a warning printed by a library, a traceback line.
+      else log(line, { ...fields, level: 'warn', stream: 'stderr' });
+    });
 
     let helloResolve!: (h: Hello) => void;
     let helloReject!: (err: TensorgateError) => void;
@@ -168,6 +178,16 @@ export class WorkerProcess {
 function joinPythonPath(dir: string): string {
   return process.env.PYTHONPATH ? `${dir}:${process.env.PYTHONPATH}` : dir;
 }
+
+/** A record of the worker's own logging: `tensorgate.worker[PID] LEVEL message` (worker.py). */
+const WORKER_RECORD = /^tensorgate\.worker\[(\d+)\] ([A-Z]+) (.*)$/;
+const WORKER_LEVELS: Record<string, LogFields['level']> = {
+  DEBUG: 'debug',
+  INFO: 'info',
+  WARNING: 'warn',
+  ERROR: 'error',
+  CRITICAL: 'error',
+};
 
 function forwardLines(stream: NodeJS.ReadableStream | null, sink: (line: string) => void): void {
   if (!stream) return;

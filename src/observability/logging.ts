@@ -1,0 +1,104 @@
+import { writeSync } from 'node:fs';
+import { type Logger as PinoLogger, pino } from 'pino';
+import type { LogFormat, Logger, LogLevel } from './logger.js';
+import { prettyStream } from './pretty.js';
+import { RequestLog } from './request-log.js';
+
+/**
+ * The process's logs: pino writing one JSON record per line to stderr (never stdout, which may be
+ * the MCP stdio channel), or the same records as pretty lines. Writes are asynchronous and
+ * buffered, except on a terminal, where log lines and progress bars must come out in the order
+ * they were written; `close()` writes out what is buffered, and pino flushes synchronously on any
+ * other exit.
+ */
+
+export interface LoggingOptions {
+  level?: LogLevel;
+  format?: LogFormat;
+  /** A file descriptor or a file path; default 2 (stderr). */
+  dest?: number | string;
+  /** Write synchronously; default: only when the destination is stderr on a terminal. */
+  sync?: boolean;
+}
+
+export interface Logging {
+  readonly pino: PinoLogger;
+  /** Lifecycle messages, for the call sites that take a `Logger`. */
+  readonly log: Logger;
+  /** One record per inference request: attach it to the gateway with `gateway.observe()`. */
+  readonly requests: RequestLog;
+  /** Writes out everything buffered; later records are written synchronously. */
+  close(): Promise<void>;
+}
+
+export function createLogging(options: LoggingOptions = {}): Logging {
+  const dest = options.dest ?? 2;
+  const sync = options.sync ?? (dest === 2 && process.stderr.isTTY === true);
+  const out = new Destination(
+    // Asynchronous: records gather up to 4 KiB, or 100 ms, per write, so that a request costs no
+    // system call of its own (a write per record costs more than building the record).
+    pino.destination(sync ? { dest, sync } : { dest, sync, minLength: 4096, periodicFlush: 100 }),
+    dest === 1 || dest === 2 ? dest : undefined,
+  );
+  const logger = pino(
+    {
+      level: options.level ?? 'info',
+      // No pid or hostname in every record: collectors add where a line came from.
+      base: null,
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    options.format === 'pretty' ? prettyStream(out) : out,
+  );
+  const log: Logger = (msg, fields) => {
+    if (fields === undefined) {
+      logger.info(msg);
+      return;
+    }
+    const { level = 'info', ...rest } = fields;
+    logger[level](rest, msg);
+  };
+  const requests = new RequestLog(logger);
+  return {
+    pino: logger,
+    log,
+    requests,
+    close: () => {
+      requests.flush();
+      return out.close();
+    },
+  };
+}
+
+/** A SonicBoom that, once closed, hands later lines straight to stderr (or stdout) when it wrote there. */
+class Destination {
+  private closed = false;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly sonic: ReturnType<typeof pino.destination>,
+    private readonly fd: number | undefined,
+  ) {}
+
+  write(line: string): void {
+    if (!this.closed) {
+      try {
+        this.sonic.write(line);
+        return;
+      } catch {
+        // Closed underneath (the last bytes are being synced): write directly.
+      }
+    }
+    if (this.fd !== undefined) writeSync(this.fd, line);
+  }
+
+  close(): Promise<void> {
+    this.closing ??= new Promise((resolve) => {
+      this.sonic.once('close', () => {
+        this.closed = true;
+        resolve();
+      });
+      this.sonic.end();
+    });
+    return this.closing;
+  }
+}
