@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import { type Connected, connect } from '../helpers/mcp.js';
+import { describe, it } from 'node:test';
+import { httpServerForFile } from '../helpers/mcp.js';
 import { ROOT } from '../helpers/models.js';
 
 /**
@@ -19,20 +19,10 @@ interface Sample {
 type Families = Record<string, { type: string; samples: Sample[] }>;
 
 const CLIENT_PYTHON = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
-let server: Connected;
-let base: string;
-
-before(async () => {
-  server = await connect('http');
-  base = (server.url as string).replace(/\/mcp$/, '');
-});
-
-after(async () => {
-  await server.close();
-});
+const http = httpServerForFile();
 
 async function scrape(): Promise<Families> {
-  const response = await fetch(`${base}/metrics`);
+  const response = await fetch(`${http.base}/metrics`);
   assert.equal(response.status, 200);
   assert.match(response.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
   const text = await response.text();
@@ -53,7 +43,7 @@ describe('Prometheus /metrics', () => {
     const tabular = { model: 'tabular-classifier', version: '1' };
     const before = await scrape();
     for (let i = 0; i < 3; i++) {
-      const ok = await server.client.callTool({
+      const ok = await http.server.client.callTool({
         name: 'infer',
         arguments: {
           model: 'tabular-classifier',
@@ -67,14 +57,14 @@ describe('Prometheus /metrics', () => {
       });
       assert.ok(!ok.isError);
     }
-    const bad = await server.client.callTool({
+    const bad = await http.server.client.callTool({
       name: 'infer',
       arguments: { model: 'tabular-classifier', inputs: { features: [[1, 2, 3]] } },
     });
     assert.ok(bad.isError);
-    const missing = await fetch(`${base}/v2/models/no-such-model/infer`, { method: 'POST', body: '{}' });
+    const missing = await fetch(`${http.base}/v2/models/no-such-model/infer`, { method: 'POST', body: '{}' });
     assert.equal(missing.status, 404);
-    const malformed = await fetch(`${base}/v2/models/tabular-classifier/infer`, { method: 'POST', body: '{' });
+    const malformed = await fetch(`${http.base}/v2/models/tabular-classifier/infer`, { method: 'POST', body: '{' });
     assert.equal(malformed.status, 400);
 
     const after = await scrape();

@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { type AddressInfo, createServer } from 'node:net';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { type Connected, connect } from '../helpers/mcp.js';
+import { httpServerForFile } from '../helpers/mcp.js';
 import { ROOT } from '../helpers/models.js';
 
 /**
@@ -17,20 +17,10 @@ const CLI = join(ROOT, 'bin', 'tensorgate.js');
 const top = (...args: string[]) =>
   run(process.execPath, [CLI, 'top', ...args], { cwd: ROOT, env: { ...process.env, COLUMNS: '200' } });
 
-let server: Connected;
-let base: string;
-
-before(async () => {
-  server = await connect('http');
-  base = (server.url as string).replace(/\/mcp$/, '');
-});
-
-after(async () => {
-  await server.close();
-});
+const http = httpServerForFile();
 
 async function infer(data: number[], shape: number[]): Promise<number> {
-  const response = await fetch(`${base}/v2/models/tabular-classifier/infer`, {
+  const response = await fetch(`${http.base}/v2/models/tabular-classifier/infer`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ inputs: [{ name: 'features', shape, datatype: 'FP32', data }] }),
@@ -55,10 +45,10 @@ describe('tensorgate top', { timeout: 300_000 }, () => {
       assert.equal(await infer([5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3], [2, 4]), 200);
     }
     assert.equal(await infer([1, 2, 3, 4, 5, 6], [2, 3]), 400);
-    const missing = await fetch(`${base}/v2/models/no-such-model/infer`, { method: 'POST', body: '{}' });
+    const missing = await fetch(`${http.base}/v2/models/no-such-model/infer`, { method: 'POST', body: '{}' });
     assert.equal(missing.status, 404);
 
-    const { stdout, stderr } = await top('--once', '--url', base);
+    const { stdout, stderr } = await top('--once', '--url', http.base);
     assert.equal(stderr, '');
     assert.ok(!stdout.includes('\x1b'), 'no escape codes from --once');
     const lines = stdout.split('\n');
@@ -77,7 +67,7 @@ describe('tensorgate top', { timeout: 300_000 }, () => {
     assert.match(tabular['TOP STAGE'] ?? '', /^(decode|queue|transfer|compute|encode) \d+%$/);
 
     // Every registered version has a row; an idle one shows dashes, not zeros.
-    const { models } = (await (await fetch(`${base}/dashboard/api/snapshot`)).json()) as {
+    const { models } = (await (await fetch(`${http.base}/dashboard/api/snapshot`)).json()) as {
       models: { name: string; versions: { version: string }[] }[];
     };
     for (const m of models)
@@ -88,9 +78,12 @@ describe('tensorgate top', { timeout: 300_000 }, () => {
   });
 
   it('takes the MCP endpoint as --url too, and prints the snapshot with --json', async () => {
-    const { stdout } = await top('--once', '--url', server.url as string, '--window', '300');
+    const { stdout } = await top('--once', '--url', http.server.url as string, '--window', '300');
     assert.match(stdout, /^tabular-classifier@1 +ready/m);
-    const json = JSON.parse((await top('--json', '--url', base)).stdout) as { window_s: number; models: unknown[] };
+    const json = JSON.parse((await top('--json', '--url', http.base)).stdout) as {
+      window_s: number;
+      models: unknown[];
+    };
     assert.ok(json.window_s > 0 && json.window_s <= 60, 'the default window, or less on a young server');
     assert.ok(json.models.length > 0);
   });

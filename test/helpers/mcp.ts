@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { ensureTestModels, ROOT } from './models.js';
@@ -65,6 +66,29 @@ export async function connect(
   }
   await waitForModels(client, readyTimeoutMs);
   return { client, workDir, url, close, serverLog: () => log };
+}
+
+/**
+ * One real HTTP server for a test file: started before its tests and stopped after them. Read
+ * `server` and `base` (the root URL, without /mcp) inside tests, once `before` has run.
+ */
+export function httpServerForFile(serveArgs: string[] = []): { readonly server: Connected; readonly base: string } {
+  let server: Connected | undefined;
+  before(async () => {
+    server = await connect('http', undefined, serveArgs);
+  });
+  after(async () => {
+    await server?.close();
+  });
+  return {
+    get server(): Connected {
+      if (!server) throw new Error('the server starts in before(); use it inside tests');
+      return server;
+    },
+    get base(): string {
+      return (this.server.url as string).replace(/\/mcp$/, '');
+    },
+  };
 }
 
 /** Resolves with the MCP URL that `serve --http` prints on stderr once it listens. */
