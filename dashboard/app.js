@@ -5,6 +5,7 @@
 import uPlot from '/dashboard/assets/uPlot.esm.js';
 
 const HISTORY_S = 300;
+const RETRY_MS = 3000;
 const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode'];
 const STAGE_COLORS = {
   decode: '#f59e0b',
@@ -25,7 +26,7 @@ function fmtMs(ms, requests = 1) {
   if (!requests) return '–';
   if (ms >= 100) return `${Math.round(ms)}`;
   if (ms >= 10) return ms.toFixed(1);
-  return ms.toPrecision(2);
+  return Number(ms.toPrecision(2)).toString();
 }
 
 function fmtRate(x) {
@@ -296,7 +297,8 @@ function renderVersion(model, v, time) {
   const isIdle = w.requests === 0 && h.rps.every((x) => x === 0) && h.eps.every((x) => x === 0);
   entry.card.classList.toggle('idle', isIdle);
   set(entry.idle, isIdle ? `idle: no requests in the last ${Math.round(w.window_s)} s` : '');
-  entry.rank = w.throughput_rps;
+  // Coarse ranks (steps of about 40% in req/s) so two similarly busy models do not swap every second.
+  entry.rank = Math.round(Math.log2(1 + w.throughput_rps) * 2);
   h.t.push(time / 1000);
   const has = w.succeeded > 0;
   h.p50.push(has ? w.latency_ms.p50 : null);
@@ -416,8 +418,12 @@ function connect() {
     setStatus('live', 'live');
     render(JSON.parse(e.data));
   });
-  // EventSource reconnects by itself; say so until it does.
-  events.addEventListener('error', () => setStatus('down', 'disconnected, retrying'));
+  events.addEventListener('error', () => {
+    setStatus('down', 'disconnected, retrying');
+    // The browser retries a dropped connection by itself but gives up after an HTTP error (a
+    // proxy's 502 while the server restarts, say): start a new stream then.
+    if (events.readyState === EventSource.CLOSED) setTimeout(connect, RETRY_MS);
+  });
 }
 
 let resizeTimer;

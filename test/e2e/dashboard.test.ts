@@ -126,6 +126,19 @@ describe('dashboard', () => {
     assert.deepEqual(problems, []);
   });
 
+  it('opens a new stream after an HTTP error, which the browser does not retry', async () => {
+    const other = await browser.newPage();
+    let refused = 0;
+    await other.route('**/dashboard/api/events*', (route) => {
+      if (refused++ === 0) return route.fulfill({ status: 502, body: 'bad gateway' });
+      return route.continue();
+    });
+    await other.goto(`${base}/dashboard`);
+    await other.waitForSelector('#status[data-state="live"]', { timeout: 10_000 });
+    assert.equal(refused, 2);
+    await other.close();
+  });
+
   it('says it is disconnected when the server goes away', async () => {
     await server?.close();
     server = undefined;
