@@ -2,14 +2,17 @@
  * bench/metrics-overhead: what the Prometheus metrics and the request log cost each request, on
  * against off in one run.
  *
- *   node --import tsx bench/metrics-overhead/run.ts [--calls 2000] [--rounds 6] [--out FILE]
+ *   node --import tsx bench/metrics-overhead/run.ts [--calls 300] [--rounds 30] [--out FILE]
  *
  * One gateway in this process with its real worker serves the small tabular model (demo models
  * from models/); sequential calls of one row through `Gateway.inferTensors` (the OIP path: no
- * tensor store, no summaries, so the metrics are the largest share they can be), in blocks with
- * the metrics on and off, and with the request log at info (one JSON record per request, written
- * asynchronously to /dev/null as the server writes to stderr) and at warn (no record), interleaved
- * over rounds. Also: `recordSuccess` and one request record alone in a tight loop.
+ * tensor store, no summaries, so the metrics are the largest share they can be). Two phases of
+ * interleaved blocks: metrics (Prometheus and the recent-request window) on against off, then the
+ * request log at info (one JSON record per request, written asynchronously to /dev/null as the
+ * server writes to stderr) against warn (no record). Short blocks, many rounds, and the overhead
+ * taken as the median of each round's paired difference: the machine's drift between blocks
+ * (0.1-0.3 ms on a shared VM) then cancels. Each block also records this process's CPU time per
+ * call. Also: `recordSuccess`, a window record and one request record alone in a tight loop.
  * Results go to bench/results/metrics-overhead-<time>.json; bench/report.ts renders them.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -23,13 +26,13 @@ import { tensorSource } from '../../src/tensor/source.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, round } from '../mcp-overhead/stats.js';
 
-type Mode = 'on' | 'off' | 'logged';
+type Mode = 'on' | 'off' | 'logged' | 'unlogged';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const { values: opts } = parseArgs({
   options: {
-    calls: { type: 'string', default: '2000' },
-    rounds: { type: 'string', default: '6' },
+    calls: { type: 'string', default: '300' },
+    rounds: { type: 'string', default: '30' },
     out: { type: 'string' },
   },
 });
@@ -57,21 +60,33 @@ async function main(): Promise<void> {
       form: 'binary',
     });
   for (let i = 0; i < 500; i++) await call();
-  // on: metrics on, request log off; off: both off; logged: both on.
-  const samples: Record<Mode, number[][]> = { on: [], off: [], logged: [] };
-  for (let r = 0; r < Number(opts.rounds); r++) {
-    const modes: Mode[] = ['on', 'off', 'logged'];
-    for (const mode of [...modes.slice(r % 3), ...modes.slice(0, r % 3)]) {
-      gateway.metrics.enabled = mode !== 'off';
-      logs.pino.level = mode === 'logged' ? 'info' : 'warn';
-      const ms: number[] = [];
-      for (let i = 0; i < Number(opts.calls); i++) {
-        const start = performance.now();
-        await call();
-        ms.push(performance.now() - start);
+  // Two comparisons, each its own phase of rounds so that one's garbage never lands in the other's
+  // blocks: metrics on against off (request log off), then the request log on against off
+  // (metrics on). Within a round the two blocks swap order every other round.
+  const samples: Record<Mode, number[][]> = { on: [], off: [], logged: [], unlogged: [] };
+  /** This process's CPU time per call in each block (µs): the work added, without the wait for the worker. */
+  const cpu: Record<Mode, number[]> = { on: [], off: [], logged: [], unlogged: [] };
+  const phases: [Mode, Mode][] = [
+    ['on', 'off'],
+    ['logged', 'unlogged'],
+  ];
+  for (const pair of phases) {
+    for (let r = 0; r < Number(opts.rounds); r++) {
+      for (const mode of r % 2 ? [...pair].reverse() : pair) {
+        gateway.metrics.enabled = mode !== 'off';
+        logs.pino.level = mode === 'logged' ? 'info' : 'warn';
+        const ms: number[] = [];
+        const cpuStart = process.cpuUsage();
+        for (let i = 0; i < Number(opts.calls); i++) {
+          const start = performance.now();
+          await call();
+          ms.push(performance.now() - start);
+        }
+        const used = process.cpuUsage(cpuStart);
+        cpu[mode].push((used.user + used.system) / Number(opts.calls));
+        samples[mode].push(ms);
+        process.stderr.write(`round ${r + 1} ${mode}: p50 ${median(ms).toFixed(4)} ms\n`);
       }
-      samples[mode].push(ms);
-      process.stderr.write(`round ${r + 1} ${mode}: p50 ${median(ms).toFixed(4)} ms\n`);
     }
   }
   gateway.metrics.enabled = true;
@@ -88,6 +103,9 @@ async function main(): Promise<void> {
   const start = performance.now();
   for (let i = 0; i < n; i++) gateway.metrics.recordSuccess('tabular-classifier', '1', timings, 1, 1);
   const recordUs = ((performance.now() - start) / n) * 1000;
+  const windowStart = performance.now();
+  for (let i = 0; i < n; i++) gateway.window.recordSuccess('tabular-classifier', '1', 'bench', timings, 1, 1, 'binary');
+  const windowRecordUs = ((performance.now() - windowStart) / n) * 1000;
   logs.pino.level = 'info';
   const finished = {
     request_id: '6f1c2b9e-0a4d-4c55-9d1e-2b7f3c8a9e10',
@@ -120,6 +138,21 @@ async function main(): Promise<void> {
   const on = summary('on');
   const off = summary('off');
   const logged = summary('logged');
+  const unlogged = summary('unlogged');
+  // Each round measures every mode back to back: the median of the rounds' differences cancels the
+  // machine's drift between rounds, which a difference of two medians would keep.
+  const paired = (a: Mode, b: Mode) => {
+    const diffs = samples[a].map((ms, r) => median(ms) - median(samples[b][r] as number[]));
+    const us = median(diffs) * 1000;
+    const cpuUs = median(cpu[a].map((x, r) => x - (cpu[b][r] as number)));
+    return {
+      overhead_us: round(us, 1),
+      overhead_percent: round((us / 1000 / median(samples[b].flat())) * 100, 2),
+      cpu_us_per_call: { with: round(median(cpu[a]), 1), without: round(median(cpu[b]), 1) },
+      cpu_overhead_us: round(cpuUs, 1),
+      cpu_overhead_percent: round((cpuUs / median(cpu[b])) * 100, 2),
+    };
+  };
   const result = {
     benchmark: 'metrics-overhead',
     date: new Date().toISOString(),
@@ -128,17 +161,13 @@ async function main(): Promise<void> {
     config: { calls: Number(opts.calls), rounds: Number(opts.rounds) },
     on,
     off,
-    overhead_us: round((on.median_of_round_p50s - off.median_of_round_p50s) * 1000, 1),
-    overhead_percent: round(((on.median_of_round_p50s - off.median_of_round_p50s) / off.median_of_round_p50s) * 100, 2),
+    ...paired('on', 'off'),
     record_success_us: round(recordUs, 2),
+    window_record_us: round(windowRecordUs, 3),
     logging: {
       on: logged,
-      off: on,
-      overhead_us: round((logged.median_of_round_p50s - on.median_of_round_p50s) * 1000, 1),
-      overhead_percent: round(
-        ((logged.median_of_round_p50s - on.median_of_round_p50s) / on.median_of_round_p50s) * 100,
-        2,
-      ),
+      off: unlogged,
+      ...paired('logged', 'unlogged'),
       log_record_us: round(logRecordUs, 2),
     },
   };
@@ -148,8 +177,8 @@ async function main(): Promise<void> {
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write(
-    `metrics on p50 ${on.median_of_round_p50s} ms, off ${off.median_of_round_p50s} ms: ${result.overhead_us} us (${result.overhead_percent}%); recordSuccess alone ${result.record_success_us} us\n` +
-      `request log on p50 ${logged.median_of_round_p50s} ms, off ${on.median_of_round_p50s} ms: ${result.logging.overhead_us} us (${result.logging.overhead_percent}%); one record alone ${result.logging.log_record_us} us\n`,
+    `metrics on p50 ${on.median_of_round_p50s} ms, off ${off.median_of_round_p50s} ms: ${result.overhead_us} us (${result.overhead_percent}%) latency, ${result.cpu_overhead_us} us (${result.cpu_overhead_percent}%) CPU; recordSuccess alone ${result.record_success_us} us\n` +
+      `request log on p50 ${logged.median_of_round_p50s} ms, off ${unlogged.median_of_round_p50s} ms: ${result.logging.overhead_us} us (${result.logging.overhead_percent}%) latency, ${result.logging.cpu_overhead_us} us (${result.logging.cpu_overhead_percent}%) CPU; one record alone ${result.logging.log_record_us} us\n`,
   );
 }
 
