@@ -273,8 +273,12 @@ class RunFile:
         (version, step) pair to the slot's applied log first."""
         base = SLOTS + SLOT_SIZE * rank
         mm = self.mm
-        seq = _U64.unpack_from(mm, base + SLOT_SEQ)[0]
-        _U64.pack_into(mm, base + SLOT_SEQ, seq | 1)
+        # The seq goes through the typed view: one aligned 8-byte store. struct's pack_into zeroes
+        # its bytes before writing them, and a reader that read that transient 0 before and after
+        # a copy would take 0 == 0 (even) as a consistent snapshot of fields being rewritten.
+        seq_word = (base + SLOT_SEQ) // 8
+        seq = self._u64[seq_word]
+        self._u64[seq_word] = seq | 1
         if applied is not None:
             _PAIR.pack_into(mm, base + SLOT_LOG + 16 * (slot.log_head % APPLIED_LOG), *applied)
             slot.log_head += 1
@@ -296,7 +300,7 @@ class RunFile:
             slot.log_head,
             slot.start_time,
         )
-        _U64.pack_into(mm, base + SLOT_SEQ, (seq | 1) + 1)
+        self._u64[seq_word] = (seq | 1) + 1
 
     def read_seen_version(self, rank: int) -> int:
         return _U64.unpack_from(self.mm, SLOTS + SLOT_SIZE * rank + SLOT_FIELDS)[0]
