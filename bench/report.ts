@@ -17,6 +17,7 @@ import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
 import { renderOip } from './oip/render.js';
+import { renderPeers } from './peers/render.js';
 import { renderShmMap } from './shm-map/render.js';
 import { renderTraining } from './training/render.js';
 
@@ -46,6 +47,7 @@ const RENDERERS: Record<string, Renderer> = {
   training: renderTraining,
   oip: renderOip,
   'metrics-overhead': renderMetricsOverhead,
+  peers: renderPeers,
 };
 
 function loadResults(dir: string): ResultFile[] {

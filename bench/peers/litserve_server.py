@@ -1,0 +1,65 @@
+"""LitServe serving the same TorchScript model with its dynamic batching: JSON in, JSON out.
+
+    .tensorgate/peers/bin/python bench/peers/litserve_server.py \\
+        --model-dir models/tabular-classifier --port 9102 \\
+        [--max-batch-size 64 --batch-timeout 0.0005]
+
+POST http://127.0.0.1:PORT/predict with ``{"inputs": [[...]]}`` (one request's rows); the answer
+is ``{"outputs": [[...]]}``. One worker process, the model's thread count, ``inference_mode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import litserve as ls
+import torch
+
+
+class TorchScriptAPI(ls.LitAPI):
+    def __init__(self, model_dir: Path, max_batch_size: int, batch_timeout: float) -> None:
+        super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
+        self.model_dir = model_dir
+
+    def setup(self, device: str) -> None:
+        config = json.loads((self.model_dir / "config.json").read_text())
+        torch.set_num_threads(config.get("resources", {}).get("threads", 1))
+        torch.set_num_interop_threads(1)
+        file = self.model_dir / "1" / config["versions"]["1"]["file"]
+        self.model = torch.jit.load(str(file), map_location="cpu").eval()
+
+    def decode_request(self, request: dict) -> torch.Tensor:
+        return torch.tensor(request["inputs"], dtype=torch.float32)
+
+    def batch(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(inputs)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            out = self.model(x)
+        return next(iter(out.values())) if isinstance(out, dict) else out
+
+    def unbatch(self, output: torch.Tensor) -> list[torch.Tensor]:
+        # One row per request: bench requests send one row each.
+        return list(output.split(1))
+
+    def encode_response(self, output: torch.Tensor) -> dict:
+        return {"outputs": output.tolist()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--batch-timeout", type=float, default=0.0005)
+    args = parser.parse_args()
+    api = TorchScriptAPI(args.model_dir, args.max_batch_size, args.batch_timeout)
+    server = ls.LitServer(api, accelerator="cpu", workers_per_device=1, timeout=60)
+    server.run(host="127.0.0.1", port=args.port, generate_client_file=False)
+
+
+if __name__ == "__main__":
+    main()
