@@ -34,16 +34,16 @@ export function renderPeers(files: unknown[]): string {
       lines.push(
         `### ${model}, concurrency ${concurrency}`,
         '',
-        '| system | p50 ms | p90 ms | p99 ms | req/s | p50 vs raw | req/s vs tensorgate OIP | client CPU |',
+        '| system | p50 ms | p90 ms | p99 ms | req/s | p50 over raw ms | req/s vs tensorgate OIP | client CPU |',
         '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
         ...(concurrency === 1 && raw
           ? [
-              `| ${LABELS.raw} | ${raw.latency.p50} | ${raw.latency.p90} | ${raw.latency.p99} | ${raw.throughput} | 1.00x | – | – |`,
+              `| ${LABELS.raw} | ${raw.latency.p50} | ${raw.latency.p90} | ${raw.latency.p99} | ${raw.throughput} | 0 | – | – |`,
             ]
           : []),
         ...row.map(
           (b) =>
-            `| ${LABELS[b.system]} | ${b.latency.p50} | ${b.latency.p90} | ${b.latency.p99} | ${b.throughput} | ${ratio(b.latency.p50, raw?.latency.p50)} | ${ratio(b.throughput, tg?.throughput)} | ${b.client_cpu_percent}% |`,
+            `| ${LABELS[b.system]} | ${b.latency.p50} | ${b.latency.p90} | ${b.latency.p99} | ${b.throughput} | ${raw ? (b.latency.p50 - raw.latency.p50).toFixed(3) : '–'} | ${ratio(b.throughput, tg?.throughput)} | ${b.client_cpu_percent}% |`,
         ),
         '',
       );
