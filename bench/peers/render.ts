@@ -6,6 +6,7 @@ const LABELS: Record<PeerBlock['system'], string> = {
   raw: 'raw PyTorch (in process)',
   'tensorgate-mcp': 'tensorgate MCP HTTP, b64',
   'tensorgate-oip': 'tensorgate OIP v2, binary',
+  kserve: 'KServe OIP v2, binary',
   'mcp-list': 'FastMCP, JSON list (the user report)',
   litserve: 'LitServe HTTP, batching',
 };

@@ -3,7 +3,7 @@ import type { Distribution } from '../mcp-overhead/stats.js';
 
 /** What bench/peers/run.ts writes to bench/results/peers-<time>.json. */
 
-export type SystemId = 'raw' | 'tensorgate-mcp' | 'tensorgate-oip' | 'mcp-list' | 'litserve';
+export type SystemId = 'raw' | 'tensorgate-mcp' | 'tensorgate-oip' | 'kserve' | 'mcp-list' | 'litserve';
 
 export interface PeerBlock {
   system: SystemId;

@@ -14,6 +14,8 @@
  * - tensorgate-oip: the same server, OIP v2 REST with the input as binary tensor data.
  * - mcp-list: the user report's setup (bench/peers/mcp_list_server.py): FastMCP, the tensor as a
  *   JSON list, the model loaded once, inference_mode.
+ * - kserve: the KServe model server (bench/oip/kserve_server.py), OIP v2 with the same binary
+ *   request as tensorgate-oip; KServe has no built-in batching.
  * - litserve: LitServe's HTTP endpoint with its batching (max 64, 0.5 ms), JSON in and out.
  * Every system runs with its default logging (tensorgate's request log, uvicorn's access log).
  * Closed-loop clients in this process (one MCP session or one keep-alive socket each) send one
@@ -229,9 +231,15 @@ async function main(): Promise<void> {
       /http:\/\/127\.0\.0\.1:18931\/mcp/,
     );
     await waitReady(18931, c.name);
+    const inputName = c.key === 'tabular' ? 'features' : 'image';
+    const oipHeader = Buffer.from(
+      JSON.stringify({
+        inputs: [{ name: inputName, shape: c.shape, datatype: 'FP32', parameters: { binary_data_size: bytes.length } }],
+      }),
+    );
+    const oipBody = Buffer.concat([oipHeader, bytes]);
     for (const concurrency of levels) {
       const b64 = { b64: bytes.toString('base64'), shape: c.shape, dtype: 'float32' };
-      const inputName = c.key === 'tabular' ? 'features' : 'image';
       record(
         'tensorgate-mcp',
         c.key,
@@ -242,14 +250,6 @@ async function main(): Promise<void> {
           ms,
         ),
       );
-      const header = Buffer.from(
-        JSON.stringify({
-          inputs: [
-            { name: inputName, shape: c.shape, datatype: 'FP32', parameters: { binary_data_size: bytes.length } },
-          ],
-        }),
-      );
-      const body = Buffer.concat([header, bytes]);
       record(
         'tensorgate-oip',
         c.key,
@@ -259,8 +259,8 @@ async function main(): Promise<void> {
             httpCall(
               18931,
               `/v2/models/${c.name}/infer`,
-              { 'content-type': 'application/octet-stream', 'inference-header-content-length': header.length },
-              body,
+              { 'content-type': 'application/octet-stream', 'inference-header-content-length': oipHeader.length },
+              oipBody,
             ),
           concurrency,
           ms,
@@ -268,6 +268,32 @@ async function main(): Promise<void> {
       );
     }
     await stop(server);
+
+    // KServe's model server, OIP v2 with the same binary request (no batching: it has none built in)
+    const kserve = await start(
+      PEERS_PYTHON,
+      [join(ROOT, 'bench/oip/kserve_server.py'), '--model-dir', c.dir, '--port', '18934'],
+      /./,
+    );
+    await waitHealthy(18934, `/v2/models/${c.name}/ready`);
+    for (const concurrency of levels)
+      record(
+        'kserve',
+        c.key,
+        concurrency,
+        await closedLoop(
+          async () =>
+            httpCall(
+              18934,
+              `/v2/models/${c.name}/infer`,
+              { 'content-type': 'application/octet-stream', 'inference-header-content-length': oipHeader.length },
+              oipBody,
+            ),
+          concurrency,
+          ms,
+        ),
+      );
+    await stop(kserve);
 
     // The user report's setup: FastMCP, JSON lists
     const list = await start(
