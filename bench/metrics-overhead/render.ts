@@ -29,6 +29,15 @@ interface MetricsOverheadResult {
 
 type Mode = { median_of_round_p50s: number; round_p50s: number[]; p99: number };
 
+/** The two modes of one comparison, side by side. */
+function table(what: string, ...rows: [string, Mode][]): string[] {
+  return [
+    `| ${what} | p50 ms (median of rounds) | round p50s ms | p99 ms |`,
+    '| --- | ---: | ---: | ---: |',
+    ...rows.map(([label, m]) => row(label, m)),
+  ];
+}
+
 /** Many rounds: their p50s as a range, not a list. */
 function row(label: string, m: Mode): string {
   const range =
@@ -59,10 +68,7 @@ export function renderMetricsOverhead(files: unknown[]): string {
     '',
     `\`node --import tsx bench/metrics-overhead/run.ts\`: one gateway in the benchmark process with its real worker, the small tabular model, sequential one-row calls through \`Gateway.inferTensors\` (the OIP path, where the metrics are the largest share of a call), ${r.config.calls} calls per block, interleaved over ${r.config.rounds} rounds: metrics (Prometheus and the recent-request window) on against off, then the request log on against off, in two phases. ${m.cores} cores (${m.cpu_model}), Node ${m.node}, commit ${m.commit}, run ${r.date.slice(0, 16).replace('T', ' ')} UTC.`,
     '',
-    '| metrics | p50 ms (median of rounds) | round p50s ms | p99 ms |',
-    '| --- | ---: | ---: | ---: |',
-    row('on', r.on),
-    row('off', r.off),
+    ...table('metrics', ['on', r.on], ['off', r.off]),
     '',
     `Overhead (${differenceOf(r)}): **${r.overhead_us} µs per request (${r.overhead_percent}%)**${cpu(r)}; \`recordSuccess\` alone (every counter and histogram a request updates) takes ${r.record_success_us} µs in a tight loop${r.window_record_us !== undefined ? `, a window record ${r.window_record_us} µs` : ''}. Target: within 2% or 20 µs per request.`,
     '',
@@ -74,10 +80,7 @@ function loggingSection(l: NonNullable<MetricsOverheadResult['logging']>): strin
   return [
     'The request log in the same run (metrics on in both): one JSON record per request at `--log-level info`, written asynchronously to /dev/null, against `--log-level warn`, where a request costs one level check.',
     '',
-    '| request log | p50 ms (median of rounds) | round p50s ms | p99 ms |',
-    '| --- | ---: | ---: | ---: |',
-    row('info', l.on),
-    row('warn', l.off),
+    ...table('request log', ['info', l.on], ['warn', l.off]),
     '',
     `Overhead: **${l.overhead_us} µs per request (${l.overhead_percent}%)**${cpu(l)}; one request record alone takes ${l.log_record_us} µs in a tight loop.`,
     '',

@@ -54,6 +54,8 @@ const { values: opts } = parseArgs({
 
 interface ModelCase {
   key: 'tabular' | 'image';
+  /** The batched copy's registered name (also the name KServe serves it under). */
+  name: string;
   dir: string;
   input: string;
   shape: number[];
@@ -194,10 +196,10 @@ async function main(): Promise<void> {
     const shape = key === 'tabular' ? [1, 4] : [1, 3, 224, 224];
     const input = join(work, `${key}.npy`);
     writeFileSync(input, encodeNpy({ dtype: 'float32', shape, data: new Uint8Array(makeInput(shape).buffer) }));
-    return { key, dir: variant.dir, input, shape, name: variant.registered_as } as ModelCase & { name: string };
+    return { key, name: variant.registered_as, dir: variant.dir, input, shape };
   });
 
-  for (const c of cases as (ModelCase & { name: string })[]) {
+  for (const c of cases) {
     const data = makeInput(c.shape);
     const bytes = Buffer.from(data.buffer);
 
@@ -230,7 +232,7 @@ async function main(): Promise<void> {
       ],
       /http:\/\/127\.0\.0\.1:18931\/mcp/,
     );
-    await waitReady(18931, c.name);
+    await waitHealthy(18931, `/v2/models/${c.name}/ready`);
     const inputName = c.key === 'tabular' ? 'features' : 'image';
     const oipHeader = Buffer.from(
       JSON.stringify({
@@ -238,6 +240,14 @@ async function main(): Promise<void> {
       }),
     );
     const oipBody = Buffer.concat([oipHeader, bytes]);
+    /** OIP v2 with binary tensor data: the same request to tensorgate and to KServe. */
+    const oipCall = (port: number) => async () =>
+      httpCall(
+        port,
+        `/v2/models/${c.name}/infer`,
+        { 'content-type': 'application/octet-stream', 'inference-header-content-length': oipHeader.length },
+        oipBody,
+      );
     for (const concurrency of levels) {
       const b64 = { b64: bytes.toString('base64'), shape: c.shape, dtype: 'float32' };
       record(
@@ -250,22 +260,7 @@ async function main(): Promise<void> {
           ms,
         ),
       );
-      record(
-        'tensorgate-oip',
-        c.key,
-        concurrency,
-        await closedLoop(
-          async () =>
-            httpCall(
-              18931,
-              `/v2/models/${c.name}/infer`,
-              { 'content-type': 'application/octet-stream', 'inference-header-content-length': oipHeader.length },
-              oipBody,
-            ),
-          concurrency,
-          ms,
-        ),
-      );
+      record('tensorgate-oip', c.key, concurrency, await closedLoop(oipCall(18931), concurrency, ms));
     }
     await stop(server);
 
@@ -277,22 +272,7 @@ async function main(): Promise<void> {
     );
     await waitHealthy(18934, `/v2/models/${c.name}/ready`);
     for (const concurrency of levels)
-      record(
-        'kserve',
-        c.key,
-        concurrency,
-        await closedLoop(
-          async () =>
-            httpCall(
-              18934,
-              `/v2/models/${c.name}/infer`,
-              { 'content-type': 'application/octet-stream', 'inference-header-content-length': oipHeader.length },
-              oipBody,
-            ),
-          concurrency,
-          ms,
-        ),
-      );
+      record('kserve', c.key, concurrency, await closedLoop(oipCall(18934), concurrency, ms));
     await stop(kserve);
 
     // The user report's setup: FastMCP, JSON lists
@@ -358,19 +338,6 @@ async function waitHealthy(port: number, path: string): Promise<void> {
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`nothing answered ${path} on port ${port}`);
-}
-
-/** Polls OIP v2 model readiness: the server loads models after it starts listening. */
-async function waitReady(port: number, model: string): Promise<void> {
-  const deadline = Date.now() + 120_000;
-  while (Date.now() < deadline) {
-    const ok = await fetch(`http://127.0.0.1:${port}/v2/models/${model}/ready`)
-      .then((r) => r.status === 200)
-      .catch(() => false);
-    if (ok) return;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${model} did not become ready`);
 }
 
 main().catch(async (err: unknown) => {
