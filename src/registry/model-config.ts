@@ -47,13 +47,16 @@ export const ResourcesSchema = z.object({
  * Dynamic batching, as Triton configures it: concurrent requests with the same non-batch dims are
  * joined along dimension 0 into one forward pass of at most `max_batch_size` rows. The first
  * request of a batch waits at most `max_queue_delay_us` for others; a batch that reaches one of
- * `preferred_batch_sizes` (or the maximum) goes at once.
+ * `preferred_batch_sizes` (or the maximum) goes at once. With `adaptive_delay` (the default), a
+ * request that is alone in the queue right after a forward pass that carried a single request goes
+ * at once: at light traffic there is no company to wait for. `false` keeps Triton's fixed delay.
  */
 export const BatchingSchema = z
   .object({
     max_batch_size: z.number().int().min(1, 'max_batch_size must be at least 1 (leave "batching" out to turn it off)'),
     max_queue_delay_us: z.number().int().min(0, 'max_queue_delay_us cannot be negative').default(0),
     preferred_batch_sizes: z.array(z.number().int().min(1)).default([]),
+    adaptive_delay: z.boolean().default(true),
   })
   .refine((b) => b.preferred_batch_sizes.every((n) => n <= b.max_batch_size), {
     message: 'every preferred_batch_sizes entry must be at most max_batch_size',

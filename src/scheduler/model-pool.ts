@@ -67,6 +67,8 @@ export class ModelPool {
   private idleWaiters: (() => void)[] = [];
   /** Forward passes by number of rows: how well batching works. */
   private readonly batchSizes = new Map<number, number>();
+  /** Requests carried by the last forward pass: 1 means traffic too light to form batches. */
+  private lastPassRequests = 1;
   /** performance.now() of the last request taken or answered: for least-recently-used unloading. */
   lastUsed = performance.now();
 
@@ -244,8 +246,11 @@ export class ModelPool {
       rows += job.rows;
     }
     const full = rows === batching.max_batch_size || batching.preferred_batch_sizes.includes(rows);
+    // Light traffic: the last pass carried one request and this one is alone too, so no company is
+    // coming and the delay would only add latency. Any pass that carries more restores the delay.
+    const alone = batching.adaptive_delay && members.length === 1 && this.lastPassRequests === 1;
     const waitedUs = (performance.now() - head.enqueuedAt) * 1000;
-    if (!full && waitedUs < batching.max_queue_delay_us && this.stateValue === 'ready') {
+    if (!full && !alone && waitedUs < batching.max_queue_delay_us && this.stateValue === 'ready') {
       // Node timers fire no sooner than 1 ms (and often later): a timer alone would stretch a
       // 0.5 ms delay to 1-1.5 ms. Sleep on a timer until about 1 ms is left, then look again
       // every event-loop turn (I/O still runs in between) until the delay is up.
@@ -265,6 +270,7 @@ export class ModelPool {
 
   private run(slot: Slot, jobs: Job[]): void {
     slot.busy = true;
+    this.lastPassRequests = jobs.length;
     const started = performance.now();
     for (const job of jobs) this.running.add(job);
     const rows = jobs.map((j) => j.rows ?? 1);
