@@ -91,6 +91,7 @@ function main(): void {
     'node --import tsx bench/training/run.ts                # about 5 minutes on 2 cores',
     'node --import tsx bench/oip/run.ts                     # about 4 minutes on 2 cores',
     'node --import tsx bench/metrics-overhead/run.ts        # about 1 minute on 2 cores',
+    'bash bench/peers/run.sh                               # set-up + about 10 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

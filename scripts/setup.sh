@@ -4,11 +4,15 @@
 #   scripts/setup.sh          what serving needs
 #   scripts/setup.sh --test   also what the tests need (pytest, ruff, Chromium, the third-party MCP
 #                             checkers, tritonclient in its own venv)
+#   scripts/setup.sh --bench  also what bench/peers needs (Chromium for its plot, the peers in
+#                             their own venv: bench/peers/setup-peers.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
+want_bench=0
 [[ "${1:-}" == "--test" ]] && want_test=1
+[[ "${1:-}" == "--bench" ]] && want_bench=1
 PYTHON="${TENSORGATE_PYTHON:-/usr/bin/python3}"
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -18,7 +22,10 @@ apt_packages=()
 "$PYTHON" -c 'import torch, numpy' 2>/dev/null || apt_packages+=(python3-torch python3-numpy)
 if [[ $want_test == 1 ]]; then
   "$PYTHON" -c 'import pytest' 2>/dev/null || apt_packages+=(python3-pytest)
-  # The dashboard test drives a real headless browser (playwright-core with Debian's Chromium).
+fi
+if [[ $want_test == 1 || $want_bench == 1 ]]; then
+  # The dashboard test drives a real headless browser (playwright-core with Debian's Chromium);
+  # bench/peers draws its plot with it.
   [[ -x /usr/bin/chromium ]] || apt_packages+=(chromium)
 fi
 if ((${#apt_packages[@]})); then
@@ -53,5 +60,9 @@ if [[ $want_test == 1 ]]; then
   python3 -m ruff --version 2>/dev/null | grep -q "0.17.6" || python3 -m pip install --quiet ruff==0.17.6
   bash scripts/install-test-tools.sh
   bash scripts/install-python-clients.sh
+fi
+if [[ $want_bench == 1 ]]; then
+  step "installing the peers of bench/peers"
+  bash bench/peers/setup-peers.sh
 fi
 step "set-up done"

@@ -1,7 +1,7 @@
 """The KServe model server (PyPI `kserve`) serving one of the demo TorchScript models over OIP v2,
 for bench/oip to compare with tensorgate: the model loaded once, `torch.inference_mode()`, the
 config's thread count, binary tensor data out when asked. Runs in the venv that
-bench/oip/setup-peers.sh makes (kserve plus Debian's torch).
+bench/peers/setup-peers.sh makes (kserve plus Debian's torch).
 
   python kserve_server.py --model-dir models/tabular-classifier --port 8090
 """

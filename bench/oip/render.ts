@@ -80,7 +80,7 @@ export function renderOip(files: unknown[]): string {
     );
   lines.push(
     '',
-    'Targets: binary p50 overhead over the raw forward at most 0.5 ms for the small model; shared memory close to binary minus the copy; throughput at concurrency 16 at least 2x the KServe model server (kserve 0.21, bench/oip/kserve_server.py: the same TorchScript file, torch and thread count, `inference_mode`; installed by bench/oip/setup-peers.sh; measured after tensorgate is stopped).',
+    'Targets: binary p50 overhead over the raw forward at most 0.5 ms for the small model; shared memory close to binary minus the copy; throughput at concurrency 16 at least 2x the KServe model server (kserve 0.21, bench/oip/kserve_server.py: the same TorchScript file, torch and thread count, `inference_mode`; installed by bench/peers/setup-peers.sh; measured after tensorgate is stopped).',
     '',
   );
   return lines.join('\n');

@@ -12,14 +12,13 @@
  * block after a warm-up; forms interleaved in rounds. The baseline is the raw TorchScript forward
  * in one Python process (bench/mcp-overhead/baseline.py) on the same input, measured in the same
  * run. The client's own CPU use is reported per block, to show it is not the bottleneck.
- * When bench/oip/setup-peers.sh has installed it, the KServe model server (bench/oip/kserve_server.py,
+ * When bench/peers/setup-peers.sh has installed it, the KServe model server (bench/oip/kserve_server.py,
  * the same TorchScript file, same torch, same threads) is measured the same way with v2 JSON and
  * v2 binary inputs, one model at a time, while tensorgate is stopped.
  * Results go to bench/results/oip-<time>.json; `node --import tsx bench/report.ts` renders them.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,12 +28,13 @@ import { encodeNpy } from '../../src/tensor/npy.js';
 import { makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { type Distribution, distribution, median, round } from '../mcp-overhead/stats.js';
+import { binaryRequest, jsonRequest, type Prepared, post, sharedMemoryRequests } from './requests.js';
 import type { BlockResult, Form, ModelKey, OipResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
 const FORMS: Form[] = ['json', 'binary', 'shm'];
-const KSERVE_PYTHON = join(ROOT, '.tensorgate', 'peers-kserve', 'bin', 'python');
+const KSERVE_PYTHON = join(ROOT, '.tensorgate', 'peers', 'bin', 'python');
 
 const { values: opts } = parseArgs({
   options: {
@@ -81,7 +81,8 @@ const MODELS: ModelCase[] = [
 ];
 
 const work = mkdtempSync(join(tmpdir(), 'tg-bench-oip-'));
-const shmKeys: string[] = [];
+/** Unlinks the shared-memory regions registered so far. */
+const cleanups: (() => void)[] = [];
 
 /**
  * A repository of the demo models' version 1 plus a copy of the small model with dynamic
@@ -159,83 +160,15 @@ async function startKserve(m: ModelCase): Promise<{ base: string; stop: () => Pr
   };
 }
 
-interface Prepared {
-  body: Buffer;
-  headers: Record<string, string | number>;
-}
-
 /** The request bodies of every form for one model; shared-memory regions registered. */
-function plainBodies(m: ModelCase, input: Float32Array): Record<'json' | 'binary', Prepared[]> {
-  const spec = { name: m.input, shape: m.shape, datatype: 'FP32' };
-  const json = Buffer.from(JSON.stringify({ inputs: [{ ...spec, data: Array.from(input) }] }));
-  const header = Buffer.from(
-    JSON.stringify({
-      inputs: [{ ...spec, parameters: { binary_data_size: input.byteLength } }],
-      outputs: [{ name: m.output, parameters: { binary_data: true } }],
-    }),
-  );
-  const bytes = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
-  return {
-    json: [{ body: json, headers: { 'content-type': 'application/json' } }],
-    binary: [
-      {
-        body: Buffer.concat([header, bytes]),
-        headers: { 'inference-header-content-length': header.length, 'content-type': 'application/octet-stream' },
-      },
-    ],
-  };
-}
-
 async function prepare(base: string, m: ModelCase, input: Float32Array, concurrency: number) {
-  const spec = { name: m.input, shape: m.shape, datatype: 'FP32' };
-  const bytes = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
-  const inKey = `/tg_bench_${process.pid}_${m.key}_in`;
-  writeFileSync(`/dev/shm${inKey}`, bytes);
-  shmKeys.push(inKey);
-  await post(base, `/v2/systemsharedmemory/region/${m.key}_in/register`, {
-    body: Buffer.from(JSON.stringify({ key: inKey, byte_size: input.byteLength })),
-    headers: {},
-  });
-  const shm: Prepared[] = [];
-  for (let i = 0; i < concurrency; i++) {
-    const outKey = `/tg_bench_${process.pid}_${m.key}_out${i}`;
-    writeFileSync(`/dev/shm${outKey}`, Buffer.alloc(m.outputBytes));
-    shmKeys.push(outKey);
-    await post(base, `/v2/systemsharedmemory/region/${m.key}_out${i}/register`, {
-      body: Buffer.from(JSON.stringify({ key: outKey, byte_size: m.outputBytes })),
-      headers: {},
-    });
-    const region = (name: string, size: number) => ({ shared_memory_region: name, shared_memory_byte_size: size });
-    shm.push({
-      body: Buffer.from(
-        JSON.stringify({
-          inputs: [{ ...spec, parameters: region(`${m.key}_in`, input.byteLength) }],
-          outputs: [{ name: m.output, parameters: region(`${m.key}_out${i}`, m.outputBytes) }],
-        }),
-      ),
-      headers: {},
-    });
-  }
-  return { ...plainBodies(m, input), shm } satisfies Record<Form, Prepared[]>;
+  const shm = await sharedMemoryRequests(base, m.key, m, input, concurrency);
+  cleanups.push(shm.cleanup);
+  return { ...plainBodies(m, input), shm: shm.requests } satisfies Record<Form, Prepared[]>;
 }
 
-const agent = new Agent({ keepAlive: true, maxSockets: 64 });
-
-function post(base: string, path: string, prepared: Prepared): Promise<number> {
-  return new Promise((resolvePost, reject) => {
-    const req = request(
-      `${base}${path}`,
-      { method: 'POST', agent, headers: { ...prepared.headers, 'content-length': prepared.body.length } },
-      (res) => {
-        res.on('data', () => {});
-        res.on('end', () =>
-          res.statusCode === 200 ? resolvePost(res.statusCode) : reject(new Error(`HTTP ${res.statusCode}`)),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(prepared.body);
-  });
+function plainBodies(m: ModelCase, input: Float32Array): Record<'json' | 'binary', Prepared[]> {
+  return { json: [jsonRequest(m, input)], binary: [binaryRequest(m, input)] };
 }
 
 /** Closed-loop clients for `seconds` after a warm-up; latencies of the calls answered in the window. */
@@ -368,11 +301,11 @@ async function main(): Promise<void> {
     }
   } finally {
     await server.stop();
-    for (const key of shmKeys) rmSync(`/dev/shm${key}`, { force: true });
+    for (const cleanup of cleanups) cleanup();
   }
 
   const kserve = existsSync(KSERVE_PYTHON);
-  if (!kserve) process.stderr.write('KServe not installed (bash bench/oip/setup-peers.sh): skipped\n');
+  if (!kserve) process.stderr.write('KServe not installed (bash bench/peers/setup-peers.sh): skipped\n');
   // KServe has no dynamic batching of its own outside Kubernetes: the plain models only.
   for (const m of kserve ? MODELS.filter((c) => c.key !== 'tabular_batched') : []) {
     const peer = await startKserve(m);
@@ -413,7 +346,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  for (const key of shmKeys) rmSync(`/dev/shm${key}`, { force: true });
+  for (const cleanup of cleanups) cleanup();
   process.stderr.write(`${err instanceof Error ? err.stack : String(err)}\n`);
   process.exit(1);
 });

@@ -6,9 +6,11 @@
 
 POST http://127.0.0.1:PORT/predict with ``{"inputs": [[...]]}`` (one request's rows); the answer
 is ``{"outputs": [[...]]}``. One worker process, the model's thread count, ``inference_mode``.
+LitServe's MCP endpoint (Streamable HTTP at ``/mcp/``) serves the same API as the tool
+``predict``, called with ``{"request": {"inputs": [[...]]}}``; it goes through the same batching.
+No ``from __future__ import annotations`` here: LitServe's MCP bridge inspects the annotation of
+``decode_request`` at run time and needs a class, not a string.
 """
-
-from __future__ import annotations
 
 import argparse
 import json
@@ -16,11 +18,32 @@ from pathlib import Path
 
 import litserve as ls
 import torch
+from litserve.mcp import MCP
+
+MCP_INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "request": {
+            "type": "object",
+            "properties": {"inputs": {"type": "array", "description": "rows of numbers"}},
+            "required": ["inputs"],
+        }
+    },
+    "required": ["request"],
+}
 
 
 class TorchScriptAPI(ls.LitAPI):
     def __init__(self, model_dir: Path, max_batch_size: int, batch_timeout: float) -> None:
-        super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
+        super().__init__(
+            max_batch_size=max_batch_size,
+            batch_timeout=batch_timeout,
+            mcp=MCP(
+                name="predict",
+                description="Runs the model on the given rows.",
+                input_schema=MCP_INPUT_SCHEMA,
+            ),
+        )
         self.model_dir = model_dir
 
     def setup(self, device: str) -> None:

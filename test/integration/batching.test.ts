@@ -47,7 +47,9 @@ describe('dynamic batching', { timeout: 300_000 }, () => {
     await gateway.register(join(models, 'sleepy'));
     await gateway.register(withBatching('adder', 'adder-batched', { max_batch_size: 16, max_queue_delay_us: 100_000 }));
     await gateway.register(withBatching('flaky', 'flaky-batched', { max_batch_size: 8, max_queue_delay_us: 100_000 }));
-    await gateway.register(withBatching('adder', 'adder-adaptive', { max_batch_size: 16, max_queue_delay_us: 300_000 }));
+    await gateway.register(
+      withBatching('adder', 'adder-adaptive', { max_batch_size: 16, max_queue_delay_us: 300_000 }),
+    );
     await gateway.register(
       withBatching('adder', 'adder-fixed', { max_batch_size: 16, max_queue_delay_us: 300_000, adaptive_delay: false }),
     );
@@ -87,7 +89,10 @@ describe('dynamic batching', { timeout: 300_000 }, () => {
     for (let i = 0; i < 3; i++) assert.ok((await one('adder-adaptive')).timings.queue_ms < 150, `lone request ${i}`);
     // A burst forms a batch; the next lone request then waits for company again.
     const burst = await Promise.all([1, 2, 3].map(() => one('adder-adaptive')));
-    assert.ok(burst.some((r) => r.batch_size > 1), 'the burst shares a pass');
+    assert.ok(
+      burst.some((r) => r.batch_size > 1),
+      'the burst shares a pass',
+    );
     assert.ok((await one('adder-adaptive')).timings.queue_ms >= 290, 'after a batch, the delay applies');
     // ...until a pass carries it alone: light traffic again.
     assert.ok((await one('adder-adaptive')).timings.queue_ms < 150, 'light traffic again');

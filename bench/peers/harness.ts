@@ -1,0 +1,149 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { Agent } from 'node:http';
+import { distribution, round } from '../mcp-overhead/stats.js';
+import { type Prepared, post } from '../oip/requests.js';
+
+/**
+ * The load generator of bench/peers: closed-loop clients, and the servers they talk to started in
+ * process groups of their own and always stopped, whatever happens.
+ */
+
+/** One request, resolved when its answer has arrived and been checked. */
+export type Call = () => Promise<void>;
+
+export interface Measured {
+  latency: ReturnType<typeof distribution>;
+  /** Requests per second over the measured time. */
+  throughput: number;
+  /** The load generator's own CPU use over the measured time (100 = one core). */
+  client_cpu_percent: number;
+}
+
+/**
+ * Runs `concurrency` closed loops for `warmupMs`, then measures for `ms`. Each loop gets a call of
+ * its own from `makeCall` (its own MCP session or keep-alive socket, unless the system shares one).
+ * A failed call fails the block: a system that errors is not measured.
+ */
+export async function closedLoop(
+  makeCall: (client: number) => Promise<Call>,
+  concurrency: number,
+  ms: number,
+  warmupMs: number,
+): Promise<Measured> {
+  const calls = await Promise.all(Array.from({ length: concurrency }, (_, i) => makeCall(i)));
+  const latencies: number[] = [];
+  let measuring = false;
+  let stop = false;
+  const loops = calls.map(async (call) => {
+    while (!stop) {
+      const start = performance.now();
+      await call();
+      if (measuring) latencies.push(performance.now() - start);
+    }
+  });
+  const failed = Promise.all(loops).then(() => undefined);
+  const sleep = (t: number) => Promise.race([new Promise((r) => setTimeout(r, t)), failed]);
+  let wall = 0;
+  let cpu: NodeJS.CpuUsage;
+  try {
+    await sleep(warmupMs);
+    measuring = true;
+    const cpuStart = process.cpuUsage();
+    const wallStart = performance.now();
+    await sleep(ms);
+    measuring = false;
+    wall = performance.now() - wallStart;
+    cpu = process.cpuUsage(cpuStart);
+  } finally {
+    // On a failure too: no call of this block may still be running when the next one starts.
+    stop = true;
+    await Promise.allSettled(loops);
+  }
+  await failed;
+  return {
+    latency: distribution(latencies),
+    throughput: round((latencies.length / wall) * 1000, 1),
+    client_cpu_percent: round(((cpu.user + cpu.system) / 1000 / wall) * 100, 1),
+  };
+}
+
+/** A POST over a keep-alive socket of its own. */
+export function httpCall(base: string, path: string, prepared: Prepared): Call {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  return async () => {
+    await post(base, path, prepared, agent);
+  };
+}
+
+/** Servers started and not yet stopped. */
+const running = new Set<ChildProcess>();
+
+export interface Started {
+  child: ChildProcess;
+  /** What matched the ready pattern (its groups: a URL the server printed). */
+  match: RegExpExecArray;
+}
+
+/**
+ * Starts a server in a process group of its own (LitServe starts worker processes, stopped with
+ * it) and resolves once its output matches `ready`.
+ */
+export function startProcess(command: string, args: string[], cwd: string, ready: RegExp): Promise<Started> {
+  const child = spawn(command, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  running.add(child);
+  return new Promise((resolvePromise, reject) => {
+    let seen = '';
+    // Look for the ready line, then only drain: servers log every request, and a growing string
+    // here would charge the load generator for it.
+    const onData = (chunk: Buffer) => {
+      seen = (seen + chunk.toString()).slice(-4096);
+      const match = ready.exec(seen);
+      if (!match) return;
+      child.stdout?.off('data', onData).resume();
+      child.stderr?.off('data', onData).resume();
+      resolvePromise({ child, match });
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('exit', (code) =>
+      reject(new Error(`${command} ${args.join(' ')} exited with ${code}: ${seen.slice(-2000)}`)),
+    );
+  });
+}
+
+/** Stops a server and every process in its group: SIGTERM, then SIGKILL after 10 s. */
+export async function stopProcess(child: ChildProcess): Promise<void> {
+  running.delete(child);
+  const group = -(child.pid as number);
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(group, sig);
+    } catch {
+      // The group is gone already.
+    }
+  };
+  const exited = child.exitCode === null ? new Promise((r) => child.once('exit', r)) : Promise.resolve();
+  signal('SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  signal('SIGKILL');
+  // Idle peers poll; let the machine settle before the next system is measured.
+  await new Promise((r) => setTimeout(r, 500));
+}
+
+/** Stops every server still running (on the way out after a failure). */
+export async function stopAll(): Promise<void> {
+  await Promise.all([...running].map(stopProcess));
+}
+
+/** Polls a GET route until it answers 200 (LitServe binds its port after its workers start). */
+export async function waitHealthy(base: string, path: string, timeoutMs = 120_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const ok = await fetch(`${base}${path}`)
+      .then((r) => r.status === 200)
+      .catch(() => false);
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`nothing answered ${base}${path}`);
+}
