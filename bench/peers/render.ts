@@ -6,7 +6,12 @@ const isTensorgate = (b: PeerBlock) => b.system.startsWith('tensorgate-');
 const isMcp = (b: PeerBlock) => b.system.startsWith('tensorgate-mcp-');
 const isPeer = (b: PeerBlock) => b.system !== 'raw' && !isTensorgate(b);
 
-const ratio = (x: number, y: number | undefined) => (y ? `${(x / y).toFixed(2)}x` : '–');
+/** x / y with two significant digits below 0.1 (serving a 10 µs forward costs orders of magnitude). */
+function ratio(x: number, y: number | undefined): string {
+  if (!y) return '–';
+  const r = x / y;
+  return `${r >= 0.1 ? r.toFixed(2) : r.toPrecision(2)}x`;
+}
 const ms = (v: number) => v.toFixed(2);
 
 /** The block with the highest throughput; ties go to the lower p99. */
@@ -51,7 +56,7 @@ export function renderPeers(files: unknown[]): string {
     '',
     `\`bash bench/peers/run.sh\` (set-up, the peers into .tensorgate/peers, the run, this page; ${r.duration_s} s of measuring here): every system serves the same TorchScript file (version 1 of the demo models) alone on the machine, with the same torch and thread count; closed-loop clients in one Node process send the same one-row input for ${r.config.seconds} s per block after a ${r.config.warmup_ms} ms warm-up, one MCP session or keep-alive connection per client (tensorgate over stdio: one client, the calls in flight together). Batching where the system has it: max ${r.config.batching.max_batch_size} rows, ${r.config.batching.max_queue_delay_us / 1000} ms. Every system logs as it does by default. ${m.cores} cores (${m.cpu_model}), Node ${m.node}, peers: ${versions || 'not installed'}; commit ${m.commit}, run ${r.date.slice(0, 16).replace('T', ' ')} UTC.`,
     '',
-    '_over raw_: p50 minus the raw forward p50. _÷ raw_: throughput over the raw forward run back to back (one at a time). _÷ tensorgate_: throughput over the best tensorgate row at that concurrency. _client CPU_: the load generator itself, 100% = one core, on the same 2 cores as the servers.',
+    '_n_: requests answered in the measured time (a system slower than a few per second has too few for its p99 to mean much). _over raw_: p50 minus the raw forward p50. _÷ raw_: throughput over the raw forward run back to back (one at a time). _÷ tensorgate_: throughput over the best tensorgate row at that concurrency. _client CPU_: the load generator itself, 100% = one core, on the same 2 cores as the servers.',
     '',
     '![Throughput against p99 latency per system and concurrency](images/peers.png)',
     '',
@@ -73,16 +78,16 @@ export function renderPeers(files: unknown[]): string {
       lines.push(
         `### ${model}, concurrency ${concurrency}`,
         '',
-        '| system | p50 ms | p90 ms | p99 ms | req/s | over raw ms | ÷ raw | ÷ tensorgate | client CPU |',
-        '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+        '| system | n | p50 ms | p90 ms | p99 ms | req/s | over raw ms | ÷ raw | ÷ tensorgate | client CPU |',
+        '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
         ...(concurrency === 1 && raw
           ? [
-              `| ${LABELS.raw} | ${ms(raw.latency.p50)} | ${ms(raw.latency.p90)} | ${ms(raw.latency.p99)} | ${raw.throughput} | 0 | 1.00x | – | – |`,
+              `| ${LABELS.raw} | ${raw.latency.n} | ${ms(raw.latency.p50)} | ${ms(raw.latency.p90)} | ${ms(raw.latency.p99)} | ${raw.throughput} | 0 | 1.00x | – | – |`,
             ]
           : []),
         ...row.map(
           (b) =>
-            `| ${LABELS[b.system]} | ${ms(b.latency.p50)} | ${ms(b.latency.p90)} | ${ms(b.latency.p99)} | ${b.throughput} | ${raw ? ms(b.latency.p50 - raw.latency.p50) : '–'} | ${ratio(b.throughput, raw?.throughput)} | ${ratio(b.throughput, tg?.throughput)} | ${b.client_cpu_percent}% |`,
+            `| ${LABELS[b.system]} | ${b.latency.n} | ${ms(b.latency.p50)} | ${ms(b.latency.p90)} | ${ms(b.latency.p99)} | ${b.throughput} | ${raw ? ms(b.latency.p50 - raw.latency.p50) : '–'} | ${ratio(b.throughput, raw?.throughput)} | ${ratio(b.throughput, tg?.throughput)} | ${b.client_cpu_percent}% |`,
         ),
         '',
       );
