@@ -74,9 +74,11 @@ function makeInput(n: number): Float32Array {
 /** `all`, or ids and the group `tensorgate` (raw and every tensorgate system), comma-separated. */
 function selectedSystems(spec: string): SystemId[] {
   if (spec === 'all') return [...SYSTEMS];
-  const ids = spec.split(',').flatMap((id) =>
-    id === 'tensorgate' ? SYSTEMS.filter((s) => s === 'raw' || s.startsWith('tensorgate-')) : [id as SystemId],
-  );
+  const ids = spec
+    .split(',')
+    .flatMap((id) =>
+      id === 'tensorgate' ? SYSTEMS.filter((s) => s === 'raw' || s.startsWith('tensorgate-')) : [id as SystemId],
+    );
   const unknown = ids.filter((id) => !SYSTEMS.includes(id));
   if (unknown.length) throw new Error(`unknown systems ${unknown.join(', ')}; known: ${SYSTEMS.join(', ')}`);
   return SYSTEMS.filter((s) => ids.includes(s));
