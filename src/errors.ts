@@ -65,6 +65,17 @@ export const ERROR_CODES = {
     status: 409,
     summary: 'Another tensorgate server on this runs directory controls the runs; this one only observes.',
   },
+  UNAUTHENTICATED: {
+    status: 401,
+    summary:
+      'The HTTP request carries no bearer credential, or one that is unknown, revoked, expired or for another audience.',
+  },
+  AUTH_NOT_CONFIGURED: {
+    status: 500,
+    summary:
+      'Authentication is required (a non-loopback address, or --auth on) and no API key or JWT issuer is configured.',
+  },
+  KEY_NOT_FOUND: { status: 404, summary: 'No API key with that id.' },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -185,8 +185,11 @@ const tensorgateStdio: SystemGroup = {
   },
 };
 
-/** A Python peer server on a free port: `script --model-dir DIR --port N`. */
-async function startPeer(script: string, m: ModelCase, ctx: Context, ready: RegExp, health: string) {
+/**
+ * A Python peer server on a free port: `script --model-dir DIR --port N`, started once its output
+ * matches `ready` and, when given, its `health` route answers 200.
+ */
+async function startPeer(script: string, m: ModelCase, ctx: Context, ready: RegExp, health?: string) {
   const port = await freePort();
   const { child } = await startProcess(
     ctx.peersPython,
@@ -196,7 +199,7 @@ async function startPeer(script: string, m: ModelCase, ctx: Context, ready: RegE
   );
   const base = `http://127.0.0.1:${port}`;
   try {
-    await waitHealthy(base, health);
+    if (health) await waitHealthy(base, health);
   } catch (err) {
     await stopProcess(child);
     throw err;
@@ -225,21 +228,10 @@ const fastmcpList: SystemGroup = {
   systems: ['fastmcp-list'],
   peer: true,
   async start(m, ctx) {
-    const port = await freePort();
-    const { child } = await startProcess(
-      ctx.peersPython,
-      [join(ctx.root, 'bench/peers/mcp_list_server.py'), '--model-dir', m.dir, '--port', String(port)],
-      ctx.root,
-      /Uvicorn running/,
-    );
+    const { base, child } = await startPeer('bench/peers/mcp_list_server.py', m, ctx, /Uvicorn running/);
     const inputs = nested(m.data, m.tensors.shape);
     return {
-      targets: [
-        {
-          system: 'fastmcp-list',
-          makeCall: () => mcpHttpCall(`http://127.0.0.1:${port}/mcp`, 'predict', { inputs }),
-        },
-      ],
+      targets: [{ system: 'fastmcp-list', makeCall: () => mcpHttpCall(`${base}/mcp`, 'predict', { inputs }) }],
       stop: () => stopProcess(child),
     };
   },
@@ -277,17 +269,10 @@ const rayServe: SystemGroup = {
   systems: ['ray-serve-http'],
   peer: true,
   async start(m, ctx) {
-    const port = await freePort();
     const ray = join(ctx.peersPython, '..', 'ray');
     // A Ray instance left over by an earlier failed run would be joined instead of started.
     execFileSync(ray, ['stop', '--force'], { stdio: 'ignore' });
-    const { child } = await startProcess(
-      ctx.peersPython,
-      [join(ctx.root, 'bench/peers/ray_server.py'), '--model-dir', m.dir, '--port', String(port)],
-      ctx.root,
-      /^ready$/m,
-    );
-    const base = `http://127.0.0.1:${port}`;
+    const { base, child } = await startPeer('bench/peers/ray_server.py', m, ctx, /^ready$/m);
     const body: Prepared = {
       body: Buffer.from(JSON.stringify({ inputs: nested(m.data, m.tensors.shape) })),
       headers: { 'content-type': 'application/json' },

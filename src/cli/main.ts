@@ -2,6 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { LOG_FORMATS, LOG_LEVELS } from '../observability/logger.js';
 import { VERSION } from '../version.js';
 import { runInfer } from './infer.js';
+import { DEFAULT_KEYS_FILE, runKeysCreate, runKeysList, runKeysRevoke } from './keys.js';
 import { configureLogging } from './logs.js';
 import { runModels } from './models.js';
 import { runRegister } from './register.js';
@@ -52,8 +53,54 @@ program
   .option('--max-body-mb <n>', 'largest MCP request over HTTP, in MiB (inline tensors)', positive, 64)
   .option('--memory-budget-mb <n>', 'memory all loaded models may use (resources.memory_mb x instances)', positive)
   .option('--otlp-endpoint <url>', 'export OpenTelemetry spans over OTLP/HTTP to this collector (default: $OTEL_*)')
+  .addOption(
+    new Option('--auth <mode>', 'bearer auth on HTTP: auto = on unless bound to loopback with no credential configured')
+      .choices(['auto', 'on', 'off'])
+      .default('auto'),
+  )
+  .option('--api-keys <file>', 'API keys accepted (tensorgate keys create)', DEFAULT_KEYS_FILE)
+  .option('--jwt-secret-file <file>', 'accept HS256 JWTs signed with this secret (or $TENSORGATE_JWT_SECRET)')
+  .option('--jwks-url <url>', "accept JWTs signed by this identity provider's keys")
+  .option('--jwt-issuer <url>', 'required iss of JWTs; advertised as the authorization server')
+  .option('--jwt-audience <aud>', 'required aud of JWTs (default: the MCP URL)')
+  .option('--tls-cert <file>', 'serve HTTPS with this certificate chain (PEM)')
+  .option('--tls-key <file>', 'the private key of --tls-cert (PEM)')
+  .addOption(
+    new Option('--tls-min-version <v>', 'oldest TLS accepted').choices(['TLSv1.2', 'TLSv1.3']).default('TLSv1.3'),
+  )
+  .option(
+    '--public-url <url>',
+    'how clients reach this server (behind a proxy or by name): MCP resource URL, Host check',
+  )
+  .option('--allowed-host <name>', 'a host name requests may address besides localhost (repeatable)', collect, [])
   .addHelpText('after', '\nWith neither --stdio nor --http, serves HTTP on port 8765.')
   .action((opts) => runServe(program.opts(), opts));
+
+const keys = program.command('keys').description('API keys for the HTTP surfaces (stored hashed; shown once)');
+keys
+  .command('create')
+  .description('create a key and print it (once)')
+  .requiredOption('--name <name>', 'who or what the key is for')
+  .requiredOption(
+    '--role <role>',
+    'a role of the key: admin, inference, monitor or a custom one (repeatable)',
+    collect,
+    [],
+  )
+  .option('--file <file>', 'the key file', DEFAULT_KEYS_FILE)
+  .action((opts) => runKeysCreate(program.opts(), opts));
+keys
+  .command('list')
+  .description('list the keys (ids, names, roles; never the keys)')
+  .option('--file <file>', 'the key file', DEFAULT_KEYS_FILE)
+  .option('--json', 'print JSON')
+  .action((opts) => runKeysList(opts));
+keys
+  .command('revoke')
+  .description('revoke a key by id')
+  .argument('<id>', 'the key id (tensorgate keys list)')
+  .option('--file <file>', 'the key file', DEFAULT_KEYS_FILE)
+  .action((id: string, opts) => runKeysRevoke(program.opts(), id, opts));
 
 program
   .command('register')

@@ -6,13 +6,19 @@ import { DEFAULT_HTTP_PORT } from './serve.js';
 
 export const DEFAULT_URL = `http://127.0.0.1:${DEFAULT_HTTP_PORT}/mcp`;
 
+/** The bearer credential commands send to a server with auth on: $TENSORGATE_TOKEN (an API key or a JWT). */
+export function authHeaders(): Record<string, string> {
+  const token = process.env.TENSORGATE_TOKEN;
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
 export async function callServerTool(url: string, tool: string, args: Record<string, unknown>): Promise<void> {
   const client = new Client({ name: 'tensorgate-cli', version: VERSION });
   try {
-    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+    await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: authHeaders() } }));
   } catch (err) {
     throw new Error(
-      `cannot reach a tensorgate server at ${url} (${(err as Error).message}); start one with \`tensorgate serve\` or pass --url`,
+      `cannot reach a tensorgate server at ${url} (${(err as Error).message}); start one with \`tensorgate serve\` or pass --url (with auth on, set TENSORGATE_TOKEN)`,
     );
   }
   try {

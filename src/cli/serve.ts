@@ -1,6 +1,9 @@
-import { serveHttp } from '../http/server.js';
+import type { SecureVersion } from 'node:tls';
+import { tgError } from '../errors.js';
+import { type HttpOptions, serveHttp } from '../http/server.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { serveGrpc } from '../oip/grpc.js';
+import { Authenticator, type AuthMode } from '../security/auth.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 import { watchLoading } from './load-progress.js';
 import { observeRequests } from './logs.js';
@@ -16,11 +19,52 @@ export interface ServeOptions {
   memoryBudgetMb?: number;
   /** Export OpenTelemetry spans to this collector (else as the OTEL_* variables say, else not). */
   otlpEndpoint?: string;
+  auth: AuthMode;
+  apiKeys: string;
+  jwtSecretFile?: string;
+  jwksUrl?: string;
+  jwtIssuer?: string;
+  jwtAudience?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsMinVersion: SecureVersion;
+  publicUrl?: string;
+  allowedHost: string[];
+}
+
+/**
+ * The network servers' security settings from the command line. The authenticator is made here,
+ * before anything listens: where auth is needed and nothing is configured, the server never starts.
+ */
+function networkSecurity(opts: ServeOptions): HttpOptions {
+  if (Boolean(opts.tlsCert) !== Boolean(opts.tlsKey))
+    throw tgError('INVALID_CONFIG', 'HTTPS needs both --tls-cert and --tls-key');
+  const authenticator = Authenticator.create(
+    {
+      mode: opts.auth,
+      apiKeysPath: opts.apiKeys,
+      ...(opts.jwtSecretFile ? { jwtSecretFile: opts.jwtSecretFile } : {}),
+      ...(opts.jwksUrl ? { jwksUrl: opts.jwksUrl } : {}),
+      ...(opts.jwtIssuer ? { jwtIssuer: opts.jwtIssuer } : {}),
+      ...(opts.jwtAudience ? { jwtAudience: opts.jwtAudience } : {}),
+    },
+    opts.host,
+  );
+  return {
+    ...(authenticator ? { authenticator } : {}),
+    ...(opts.tlsCert && opts.tlsKey
+      ? { tls: { certFile: opts.tlsCert, keyFile: opts.tlsKey, minVersion: opts.tlsMinVersion } }
+      : {}),
+    ...(opts.publicUrl ? { publicUrl: opts.publicUrl } : {}),
+    allowedHosts: opts.allowedHost,
+  };
 }
 
 export const DEFAULT_HTTP_PORT = 8765;
 
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
+  // Checked first: a server that would listen unprotected where it must not never opens a model.
+  const security = opts.stdio && opts.grpc === undefined ? {} : networkSecurity(opts);
   // n/N models ready on a terminal's stderr while they load; log lines print above it.
   const progress = new Progress({ label: 'loading models' });
   const gateway = openGateway(
@@ -60,7 +104,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   process.once('SIGTERM', () => void shutdown('SIGTERM'));
 
   if (opts.grpc !== undefined) {
-    const grpcServer = await serveGrpc(gateway, opts.grpc, opts.host);
+    const grpcServer = await serveGrpc(gateway, opts.grpc, opts.host, security);
     transports.push(grpcServer.close);
     stderrLogger(`OIP v2 gRPC at ${opts.host}:${grpcServer.port}`);
   }
@@ -74,9 +118,11 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     stderrLogger(`ready: ${gateway.listModels().length} models`);
     return;
   }
-  const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host);
+  const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host, security);
   transports.push(handle.close);
-  stderrLogger(`MCP Streamable HTTP at ${handle.url}, OIP v2 at http://${handle.oipUrl}/v2; loading models`);
+  stderrLogger(
+    `MCP Streamable HTTP at ${handle.url}, OIP v2 at ${handle.url.replace(/\/mcp$/, '')}/v2 (auth ${handle.auth ? 'on' : 'off'}); loading models`,
+  );
   await loadAll();
   stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);
 }

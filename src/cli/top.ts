@@ -1,4 +1,5 @@
 import type { ServerSnapshot } from '../metrics/snapshot.js';
+import { authHeaders } from './remote.js';
 import { renderTop } from './top-view.js';
 
 /**
@@ -40,13 +41,17 @@ export async function fetchSnapshot(base: string, windowS: number, timeoutMs = 5
   const url = `${base}/dashboard/api/snapshot?window=${windowS}`;
   let response: Response;
   try {
-    response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: authHeaders() });
   } catch (err) {
     throw new ServerUnreachable(`cannot reach a tensorgate server at ${base} (${reason(err, timeoutMs)})`);
   }
   if (!response.ok) {
     await response.body?.cancel();
-    throw new ServerUnreachable(`${url} answered HTTP ${response.status}: is ${base} a tensorgate server?`);
+    throw new ServerUnreachable(
+      response.status === 401
+        ? `${base} needs a credential: set TENSORGATE_TOKEN to an API key or JWT with the monitor role`
+        : `${url} answered HTTP ${response.status}: is ${base} a tensorgate server?`,
+    );
   }
   const body = (await response.json().catch(() => undefined)) as ServerSnapshot | undefined;
   if (!Array.isArray(body?.models)) throw new ServerUnreachable(`${url} did not answer a tensorgate snapshot`);

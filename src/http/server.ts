@@ -1,28 +1,69 @@
-import { createServer, type Server } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { localhostHostValidation, localhostOriginValidation } from '@modelcontextprotocol/node';
+import type { SecureVersion } from 'node:tls';
+import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
 import FindMyWay from 'find-my-way';
 import type { Gateway } from '../gateway.js';
 import { createMcpHttpHandler } from '../mcp/http.js';
 import { registerOipRoutes } from '../oip/routes.js';
+import type { Authenticator } from '../security/auth.js';
+import { createAuthGate } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
  * Prometheus metrics at /metrics, the live dashboard under /dashboard, and /healthz. Routing is find-my-way (fastify's router) over plain node:http, so each adapter gets
  * the raw request and response and no framework sits on the tensor path. Host and Origin are
- * checked against localhost on every route, which blocks DNS rebinding from a browser.
+ * checked on every route against localhost and the names the server is given (DNS rebinding from
+ * a browser is blocked either way); with auth on, every route but health needs a bearer
+ * credential (auth-gate.ts); with a certificate, it is HTTPS only, TLS 1.3 by default.
  */
+
+export interface TlsOptions {
+  certFile: string;
+  keyFile: string;
+  minVersion: SecureVersion;
+}
+
+export interface HttpOptions {
+  tls?: TlsOptions;
+  /** Bearer auth for every route but health (Authenticator.create decides whether it is on). */
+  authenticator?: Authenticator;
+  /** How clients reach the server (behind a proxy, or by name): the MCP resource URL and audience. */
+  publicUrl?: string;
+  /** Host names besides localhost that requests may address (the Host and Origin checks). */
+  allowedHosts?: string[];
+}
+
+const LOCAL_HOSTS = ['localhost', '127.0.0.1', '[::1]'];
+
+/** Host names the Host and Origin checks accept: localhost, the bound address, the public URL's. */
+function allowedHostnames(host: string, opts: HttpOptions): string[] {
+  const names = new Set([...LOCAL_HOSTS, ...(opts.allowedHosts ?? [])]);
+  if (host !== '0.0.0.0' && host !== '::') names.add(host.includes(':') ? `[${host}]` : host);
+  if (opts.publicUrl) names.add(new URL(opts.publicUrl).hostname);
+  return [...names];
+}
 
 export interface HttpServerHandle {
   server: Server;
   url: string;
   /** Base URL of the OIP v2 routes (what tritonclient calls the server URL, without the scheme). */
   oipUrl: string;
+  /** Whether callers must authenticate. */
+  auth: boolean;
   close: () => Promise<void>;
 }
 
-export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.1'): Promise<HttpServerHandle> {
+export async function serveHttp(
+  gateway: Gateway,
+  port: number,
+  host = '127.0.0.1',
+  opts: HttpOptions = {},
+): Promise<HttpServerHandle> {
+  const authenticator = opts.authenticator;
   const mcp = createMcpHttpHandler(gateway);
   const router = FindMyWay({
     ignoreTrailingSlash: true,
@@ -45,12 +86,30 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
   const closeOip = registerOipRoutes(router, gateway);
   const closeDashboard = registerDashboardRoutes(router, gateway);
 
-  const validateHost = localhostHostValidation();
-  const validateOrigin = localhostOriginValidation();
-  const server = createServer((req, res) => {
+  const hostnames = allowedHostnames(host, opts);
+  const validateHost = hostHeaderValidation(hostnames);
+  const validateOrigin = originValidation(hostnames);
+  let gate: ReturnType<typeof createAuthGate> | undefined;
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
     if (!validateHost(req, res) || !validateOrigin(req, res)) return;
-    router.lookup(req, res);
-  });
+    if (!gate) {
+      router.lookup(req, res);
+      return;
+    }
+    gate.admit(req, res).then(
+      (admitted) => admitted && router.lookup(req, res),
+      (err: unknown) =>
+        res
+          .writeHead(500, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: `INTERNAL: ${String(err)}` })),
+    );
+  };
+  const server: Server = opts.tls
+    ? createTlsServer(
+        { cert: readFileSync(opts.tls.certFile), key: readFileSync(opts.tls.keyFile), minVersion: opts.tls.minVersion },
+        listener,
+      )
+    : createServer(listener);
 
   // Idle keep-alive sockets outlive the clients' own pools (undici keeps them ~4 s): a server that
   // closes first can race a request that the client is just sending on that socket.
@@ -62,9 +121,17 @@ export async function serveHttp(gateway: Gateway, port: number, host = '127.0.0.
     server.listen(port, host, () => resolve());
   });
   const address = server.address() as AddressInfo;
+  const scheme = opts.tls ? 'https' : 'http';
+  const base =
+    opts.publicUrl?.replace(/\/$/, '') ?? `${scheme}://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
+  if (authenticator) {
+    authenticator.audience ||= `${base}/mcp`;
+    gate = createAuthGate(authenticator, new URL(`${base}/mcp`));
+  }
   return {
     server,
-    url: `http://${host}:${address.port}/mcp`,
+    url: `${base}/mcp`,
+    auth: authenticator !== undefined,
     oipUrl: `${host}:${address.port}`,
     close: async () => {
       await mcp.close();

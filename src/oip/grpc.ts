@@ -1,9 +1,11 @@
+import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { asTensorgateError, type ErrorCode, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
+import type { Authenticator } from '../security/auth.js';
 import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
@@ -24,6 +26,7 @@ const PROTO = resolve(dirname(fileURLToPath(import.meta.url)), '../../proto/grpc
 /** HTTP statuses of tensorgate codes as gRPC status codes. */
 const GRPC_STATUS: Record<number, grpc.status> = {
   400: grpc.status.INVALID_ARGUMENT,
+  401: grpc.status.UNAUTHENTICATED,
   403: grpc.status.PERMISSION_DENIED,
   404: grpc.status.NOT_FOUND,
   409: grpc.status.FAILED_PRECONDITION,
@@ -126,7 +129,22 @@ export interface GrpcServerHandle {
   close: () => Promise<void>;
 }
 
-export async function serveGrpc(gateway: Gateway, port: number, host = '127.0.0.1'): Promise<GrpcServerHandle> {
+export interface GrpcOptions {
+  /** When set, every call but the health ones needs `authorization: Bearer ...` metadata. */
+  authenticator?: Authenticator;
+  /** TLS: certificate chain and key (PEM files). */
+  tls?: { certFile: string; keyFile: string };
+}
+
+/** Liveness and readiness answer without credentials, as over HTTP. */
+const PUBLIC_METHODS = new Set(['ServerLive', 'ServerReady']);
+
+export async function serveGrpc(
+  gateway: Gateway,
+  port: number,
+  host = '127.0.0.1',
+  opts: GrpcOptions = {},
+): Promise<GrpcServerHandle> {
   const definition = protoLoader.loadSync(PROTO, {
     keepCase: true,
     longs: Number,
@@ -142,10 +160,19 @@ export async function serveGrpc(gateway: Gateway, port: number, host = '127.0.0.
     'grpc.max_send_message_length': -1,
   });
 
+  const authenticate = async (method: string, call: grpc.ServerUnaryCall<unknown, unknown>) => {
+    if (!opts.authenticator || PUBLIC_METHODS.has(method)) return;
+    const header = call.metadata.get('authorization')[0];
+    await opts.authenticator.authenticate(typeof header === 'string' ? header : undefined);
+  };
   const unary =
     <Req, Res>(fn: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>) =>
     (call: grpc.ServerUnaryCall<Req, Res>, callback: grpc.sendUnaryData<Res>) => {
-      (async () => fn(call.request, call))().then(
+      const method = call.getPath().split('/').pop() as string;
+      (async () => {
+        await authenticate(method, call as grpc.ServerUnaryCall<unknown, unknown>);
+        return fn(call.request, call);
+      })().then(
         (response) => callback(null, response),
         (err: unknown) => {
           const error = asTensorgateError(err);
@@ -222,9 +249,7 @@ export async function serveGrpc(gateway: Gateway, port: number, host = '127.0.0.
   });
 
   const bound = await new Promise<number>((resolveBind, reject) =>
-    server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, actual) =>
-      err ? reject(err) : resolveBind(actual),
-    ),
+    server.bindAsync(`${host}:${port}`, credentials(opts), (err, actual) => (err ? reject(err) : resolveBind(actual))),
   );
   return {
     port: bound,
@@ -235,4 +260,11 @@ export async function serveGrpc(gateway: Gateway, port: number, host = '127.0.0.
         setTimeout(() => server.forceShutdown(), 2000).unref();
       }),
   };
+}
+
+function credentials(opts: GrpcOptions): grpc.ServerCredentials {
+  if (!opts.tls) return grpc.ServerCredentials.createInsecure();
+  return grpc.ServerCredentials.createSsl(null, [
+    { cert_chain: readFileSync(opts.tls.certFile), private_key: readFileSync(opts.tls.keyFile) },
+  ]);
 }

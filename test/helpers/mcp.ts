@@ -98,7 +98,7 @@ export function waitForUrl(child: ChildProcess): Promise<string> {
     child.stderr?.setEncoding('utf8');
     child.stderr?.on('data', (chunk: string) => {
       seen += chunk;
-      const match = /(http:\/\/[\d.]+:\d+\/mcp)/.exec(seen);
+      const match = /(https?:\/\/[\d.]+:\d+\/mcp)/.exec(seen);
       if (match) resolve(match[1] as string);
     });
     child.once('exit', (code) => reject(new Error(`serve exited with ${code}: ${seen}`)));

@@ -1,0 +1,70 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  type AuthInfo,
+  bearerAuthChallengeResponse,
+  getOAuthProtectedResourceMetadataUrl,
+  verifyBearerToken,
+} from '@modelcontextprotocol/server';
+import type { Authenticator } from '../security/auth.js';
+
+declare module 'node:http' {
+  interface IncomingMessage {
+    /** The verified caller, set by the auth gate; the MCP node adapter hands it to the tools. */
+    auth?: AuthInfo;
+  }
+}
+
+/**
+ * The gate in front of every HTTP route when auth is on, as the MCP authorization spec asks of a
+ * resource server: a request without a valid bearer credential gets 401 with a `WWW-Authenticate`
+ * challenge naming the RFC 9728 Protected Resource Metadata document, which is served here too.
+ * Liveness and readiness stay open (orchestrators probe them without credentials; they reveal no
+ * model or data).
+ */
+
+const PUBLIC_PATHS = new Set(['/healthz', '/v2/health/live', '/v2/health/ready']);
+const METADATA_PATH = '/.well-known/oauth-protected-resource';
+
+export interface AuthGate {
+  /** True when the request may go on (req.auth is set); otherwise it has been answered. */
+  admit(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
+}
+
+export function createAuthGate(auth: Authenticator, resourceUrl: URL): AuthGate {
+  const metadataUrl = getOAuthProtectedResourceMetadataUrl(resourceUrl);
+  const metadataPaths = new Set([METADATA_PATH, new URL(metadataUrl).pathname]);
+  const metadata = JSON.stringify({
+    resource: resourceUrl.href,
+    ...(auth.issuer ? { authorization_servers: [auth.issuer] } : {}),
+    bearer_methods_supported: ['header'],
+    resource_name: 'tensorgate',
+  });
+
+  return {
+    async admit(req, res) {
+      const path = (req.url ?? '/').split('?')[0] as string;
+      if (PUBLIC_PATHS.has(path)) return true;
+      if (metadataPaths.has(path.replace(/\/$/, ''))) {
+        res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' }).end(metadata);
+        return false;
+      }
+      try {
+        req.auth = await verifyBearerToken(req.headers.authorization, {
+          verifier: auth,
+          resourceMetadataUrl: metadataUrl,
+        });
+        return true;
+      } catch (err) {
+        const challenge = bearerAuthChallengeResponse(err, { resourceMetadataUrl: metadataUrl });
+        const body = (await challenge.json().catch(() => ({}))) as Record<string, unknown>;
+        const headers: Record<string, string> = { 'content-type': 'application/json' };
+        challenge.headers.forEach((value, name) => {
+          if (name !== 'content-type' && name !== 'content-length') headers[name] = value;
+        });
+        // The OAuth error fields (RFC 6750) for OAuth clients, plus tensorgate's stable code.
+        res.writeHead(challenge.status, headers).end(JSON.stringify({ ...body, code: 'UNAUTHENTICATED' }));
+        return false;
+      }
+    },
+  };
+}
