@@ -32,6 +32,8 @@ export interface GatewayConfig {
   runsDir: string;
   /** Append-only JSON-lines audit log of changes made through the server. */
   auditLogPath: string;
+  /** Custom roles for RBAC (JSON); the built-in admin, inference and monitor always exist. */
+  rolesFile?: string;
 }
 
 /** The runs directory trainers and servers agree on unless told otherwise (tensorgate.train uses the same rule). */

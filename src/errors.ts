@@ -76,6 +76,10 @@ export const ERROR_CODES = {
       'Authentication is required (a non-loopback address, or --auth on) and no API key or JWT issuer is configured.',
   },
   KEY_NOT_FOUND: { status: 404, summary: 'No API key with that id.' },
+  FORBIDDEN: {
+    status: 403,
+    summary: "The caller's roles do not allow this on that object (whether or not it exists).",
+  },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -21,6 +21,7 @@ import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
 import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
+import { AccessControl } from './security/rbac.js';
 import type { TensorSource } from './tensor/source.js';
 import { TensorStore } from './tensor/store.js';
 import { describeSummary, summarizeTensor, type TensorSummary } from './tensor/summary.js';
@@ -133,6 +134,8 @@ export class Gateway {
   readonly gpu = new GpuSampler();
   /** Training runs in the runs directory; `serve` starts its polling, other commands query on demand. */
   readonly training: TrainingControl;
+  /** Who may do what (RBAC); every adapter asks it before acting for an authenticated caller. */
+  readonly access: AccessControl;
   private readonly models: ModelManager;
   private readonly configs = new Map<string, ModelConfig>();
   private readonly dirs = new Map<string, string>();
@@ -151,6 +154,7 @@ export class Gateway {
     this.registry = new Registry(config.registryPath);
     this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
     this.audit = new AuditLog(config.auditLogPath);
+    this.access = AccessControl.fromFile(config.rolesFile);
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.models = new ModelManager({
       engines: new Map<string, Engine>([['torch', new TorchEngine({ onLog: log })]]),

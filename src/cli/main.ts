@@ -59,6 +59,7 @@ program
       .default('auto'),
   )
   .option('--api-keys <file>', 'API keys accepted (tensorgate keys create)', DEFAULT_KEYS_FILE)
+  .option('--roles <file>', 'custom RBAC roles (JSON); admin, inference and monitor are built in')
   .option('--jwt-secret-file <file>', 'accept HS256 JWTs signed with this secret (or $TENSORGATE_JWT_SECRET)')
   .option('--jwks-url <url>', "accept JWTs signed by this identity provider's keys")
   .option('--jwt-issuer <url>', 'required iss of JWTs; advertised as the authorization server')

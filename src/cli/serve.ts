@@ -21,6 +21,7 @@ export interface ServeOptions {
   otlpEndpoint?: string;
   auth: AuthMode;
   apiKeys: string;
+  roles?: string;
   jwtSecretFile?: string;
   jwksUrl?: string;
   jwtIssuer?: string;
@@ -71,6 +72,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     global,
     {
       maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024),
+      ...(opts.roles ? { rolesFile: opts.roles } : {}),
       ...(opts.memoryBudgetMb !== undefined ? { memoryBudgetMb: opts.memoryBudgetMb } : {}),
     },
     progress.wrap(stderrLogger),

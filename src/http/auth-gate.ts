@@ -5,6 +5,7 @@ import {
   getOAuthProtectedResourceMetadataUrl,
   verifyBearerToken,
 } from '@modelcontextprotocol/server';
+import type { Gateway } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
 
 declare module 'node:http' {
@@ -67,4 +68,13 @@ export function createAuthGate(auth: Authenticator, resourceUrl: URL): AuthGate 
       }
     },
   };
+}
+
+/** /metrics and the dashboard name every model: they need read on `server:metrics`. */
+export function mayReadMetrics(gateway: Gateway, req: IncomingMessage, res: ServerResponse): boolean {
+  if (gateway.access.can(req.auth, 'read', 'server', 'metrics')) return true;
+  res
+    .writeHead(403, { 'content-type': 'application/json' })
+    .end(JSON.stringify({ error: `FORBIDDEN: the caller's roles do not allow read on server "metrics"` }));
+  return false;
 }

@@ -6,6 +6,7 @@ import type FindMyWay from 'find-my-way';
 import type { HTTPVersion } from 'find-my-way';
 import type { Gateway } from '../gateway.js';
 import { serverSnapshot } from '../metrics/snapshot.js';
+import { mayReadMetrics } from './auth-gate.js';
 
 /**
  * The live view. GET /dashboard is a static page (dashboard/ at the repository root: HTML, one
@@ -88,11 +89,13 @@ export function registerDashboardRoutes(router: Router, gateway: Gateway): () =>
   });
 
   router.on('GET', '/dashboard/api/snapshot', (req, res) => {
+    if (!mayReadMetrics(gateway, req, res)) return;
     const body = JSON.stringify(serverSnapshot(gateway, windowMs(req)));
     res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
   });
 
   router.on('GET', '/dashboard/api/events', (req, res) => {
+    if (!mayReadMetrics(gateway, req, res)) return;
     const window = windowMs(req);
     res.writeHead(200, {
       'content-type': 'text/event-stream',

@@ -9,7 +9,7 @@ import type { Gateway } from '../gateway.js';
 import { createMcpHttpHandler } from '../mcp/http.js';
 import { registerOipRoutes } from '../oip/routes.js';
 import type { Authenticator } from '../security/auth.js';
-import { createAuthGate } from './auth-gate.js';
+import { createAuthGate, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 
 /**
@@ -77,7 +77,8 @@ export async function serveHttp(
   router.on('GET', '/healthz', (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'ok' }));
   });
-  router.on('GET', '/metrics', (_req, res) => {
+  router.on('GET', '/metrics', (req, res) => {
+    if (!mayReadMetrics(gateway, req, res)) return;
     gateway.metrics.render().then(
       ({ text, contentType }) => res.writeHead(200, { 'content-type': contentType }).end(text),
       (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err)),

@@ -6,7 +6,7 @@ import { type Diagnosis, diagnoseRequest, diagnoseWindow, type ModelContext } fr
 import { STAGES } from '../metrics/request-window.js';
 import { type ModelSnapshot, serverSnapshot, type VersionSnapshot } from '../metrics/snapshot.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
-import { errorResult, jsonResult } from './results.js';
+import { callerOf, errorResult, jsonResult } from './results.js';
 
 /**
  * `get_metrics` and `explain_latency`: the server's health and the answer to "where does the time
@@ -183,11 +183,17 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
       }),
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
     },
-    async ({ model, window_s, detail }) => {
+    async ({ model, window_s, detail }, ctx) => {
       try {
-        if (model !== undefined) gateway.modelConfig(model); // MODEL_NOT_FOUND before any work
+        const caller = callerOf(ctx);
+        if (model !== undefined) {
+          gateway.access.check(caller, 'read', 'model', model);
+          gateway.modelConfig(model); // MODEL_NOT_FOUND before any work
+        }
         const snapshot = serverSnapshot(gateway, (window_s ?? DEFAULT_WINDOW_S) * 1000);
-        const models: ModelSnapshot[] = snapshot.models.filter((m) => model === undefined || m.name === model);
+        const models: ModelSnapshot[] = snapshot.models.filter(
+          (m) => (model === undefined || m.name === model) && gateway.access.can(caller, 'read', 'model', m.name),
+        );
         const rows = models.flatMap((m) => m.versions.map((v) => row(m.name, v, detail === 'full')));
         const lines = rows.map(line);
         if (snapshot.unattributed.failed > 0)
@@ -246,12 +252,14 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
       }),
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
     },
-    async ({ model, version, request_id, window_s }) => {
+    async ({ model, version, request_id, window_s }, ctx) => {
       try {
+        const caller = callerOf(ctx);
         const windowMs = (window_s ?? DEFAULT_WINDOW_S) * 1000;
         if (request_id !== undefined) {
           const record = gateway.window.find(request_id);
-          if (!record || record.model === '')
+          // A request of a model the caller may not read is answered as if it did not exist.
+          if (!record || record.model === '' || !gateway.access.can(caller, 'read', 'model', record.model))
             throw tgError(
               'REQUEST_NOT_FOUND',
               `no recent request ${JSON.stringify(request_id)}; tensorgate keeps the last 4096 per model version. Leave request_id out to explain the model's recent requests`,
@@ -278,6 +286,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           });
         }
         if (model === undefined) throw tgError('INVALID_REQUEST', 'explain_latency needs a model or a request_id', {});
+        gateway.access.check(caller, 'read', 'model', model);
         const info = gateway.modelInfo(model);
         const v = version ?? info.default_version;
         const status = info.versions.find((x) => x.version === v);

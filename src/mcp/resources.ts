@@ -1,7 +1,15 @@
+import type { AuthInfo } from '@modelcontextprotocol/server';
 import { type McpServer, ResourceTemplate } from '@modelcontextprotocol/server';
-import { asTensorgateError } from '../errors.js';
+import { asTensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import { encodeNpy } from '../tensor/npy.js';
+import type { StoredTensor } from '../tensor/store.js';
+import { callerOf } from './results.js';
+
+/** The stored tensors whose source model (`model@version:output`) the caller may read. */
+function readable(gateway: Gateway, caller: AuthInfo | undefined, entries: StoredTensor[]): StoredTensor[] {
+  return entries.filter((e) => gateway.access.can(caller, 'read', 'model', e.source.split('@')[0] as string));
+}
 
 /**
  * Resources: the full tensors behind tensor:// handles (served as .npy, which numpy.load reads
@@ -13,8 +21,8 @@ export function registerResources(server: McpServer, gateway: Gateway): void {
   server.registerResource(
     'tensor',
     new ResourceTemplate('tensor://{id}', {
-      list: async () => ({
-        resources: gateway.store.list().map((entry) => ({
+      list: async (ctx) => ({
+        resources: readable(gateway, callerOf(ctx), gateway.store.list()).map((entry) => ({
           uri: entry.uri,
           name: entry.source,
           mimeType: 'application/x-npy',
@@ -27,9 +35,12 @@ export function registerResources(server: McpServer, gateway: Gateway): void {
       description: 'A full output tensor kept by the server for a while after the call that made it, as .npy.',
       mimeType: 'application/x-npy',
     },
-    async (uri) => {
+    async (uri, _variables, ctx) => {
       try {
         const entry = gateway.store.get(uri.href);
+        // A handle is a capability, but only for callers who may read the model that made it.
+        if (readable(gateway, callerOf(ctx), [entry]).length === 0)
+          throw tgError('HANDLE_NOT_FOUND', `no tensor ${uri.href}`);
         const npy = encodeNpy(entry.tensor);
         return { contents: [{ uri: uri.href, mimeType: 'application/x-npy', blob: npy.toString('base64') }] };
       } catch (err) {
@@ -42,18 +53,22 @@ export function registerResources(server: McpServer, gateway: Gateway): void {
   server.registerResource(
     'model-config',
     new ResourceTemplate('tensorgate://models/{name}/config.json', {
-      list: async () => ({
-        resources: gateway.listModels().map((m) => ({
-          uri: `tensorgate://models/${m.name}/config.json`,
-          name: `${m.name} config`,
-          mimeType: 'application/json',
-          description: m.description,
-        })),
+      list: async (ctx) => ({
+        resources: gateway
+          .listModels()
+          .filter((m) => gateway.access.can(callerOf(ctx), 'read', 'model', m.name))
+          .map((m) => ({
+            uri: `tensorgate://models/${m.name}/config.json`,
+            name: `${m.name} config`,
+            mimeType: 'application/json',
+            description: m.description,
+          })),
       }),
     }),
     { title: 'Model config', description: "A model's registered config.json.", mimeType: 'application/json' },
-    async (uri, variables) => {
+    async (uri, variables, ctx) => {
       try {
+        gateway.access.check(callerOf(ctx), 'read', 'model', String(variables.name));
         const config = gateway.modelConfig(String(variables.name));
         return { contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify(config, null, 2) }] };
       } catch (err) {

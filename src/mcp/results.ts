@@ -1,4 +1,4 @@
-import type { CallToolResult } from '@modelcontextprotocol/server';
+import type { AuthInfo, CallToolResult } from '@modelcontextprotocol/server';
 import { asTensorgateError } from '../errors.js';
 
 /** The one place TensorgateErrors become MCP tool results: `isError: true`, code and fix in the text. */
@@ -13,4 +13,9 @@ export function errorResult(err: unknown): CallToolResult {
 
 export function jsonResult(text: string, structured: Record<string, unknown>): CallToolResult {
   return { content: [{ type: 'text', text }], structuredContent: structured };
+}
+
+/** The authenticated caller of a tool call or resource read (HTTP with auth on); undefined when local. */
+export function callerOf(ctx: unknown): AuthInfo | undefined {
+  return (ctx as { http?: { authInfo?: AuthInfo } } | undefined)?.http?.authInfo;
 }

@@ -18,6 +18,6 @@ export function createMcpServer(gateway: Gateway): McpServer {
   registerTools(server, gateway);
   registerResources(server, gateway);
   registerMonitorTools(server, gateway);
-  registerTrainingTools(server, gateway.training);
+  registerTrainingTools(server, gateway.training, gateway.access);
   return server;
 }

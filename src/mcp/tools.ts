@@ -5,7 +5,7 @@ import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
-import { errorResult, jsonResult } from './results.js';
+import { callerOf, errorResult, jsonResult } from './results.js';
 
 /** The tools an agent sees. Each is a thin mapping onto the Gateway; features live in the core. */
 
@@ -82,9 +82,10 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       outputSchema: z.object({ models: z.array(ModelOut) }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
     },
-    async () => {
+    async (_args, ctx) => {
       try {
-        const models = gateway.listModels();
+        const caller = callerOf(ctx);
+        const models = gateway.listModels().filter((m) => gateway.access.can(caller, 'read', 'model', m.name));
         const text = models.length
           ? models
               .map(
@@ -114,8 +115,9 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
     },
-    async ({ model }) => {
+    async ({ model }, ctx) => {
       try {
+        gateway.access.check(callerOf(ctx), 'read', 'model', model);
         const info = gateway.modelInfo(model);
         const config = gateway.modelConfig(model);
         const structured = {
@@ -149,7 +151,11 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       outputSchema: ModelOut,
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },
-    async ({ model, version }) => stateResult(model, () => gateway.loadModel(model, version)),
+    async ({ model, version }, ctx) =>
+      stateResult(model, () => {
+        gateway.access.check(callerOf(ctx), 'modify', 'model', model);
+        return gateway.loadModel(model, version);
+      }),
   );
 
   register(
@@ -164,7 +170,11 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       outputSchema: ModelOut,
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },
-    async ({ model, version }) => stateResult(model, () => gateway.unloadModel(model, version)),
+    async ({ model, version }, ctx) =>
+      stateResult(model, () => {
+        gateway.access.check(callerOf(ctx), 'modify', 'model', model);
+        return gateway.unloadModel(model, version);
+      }),
   );
 
   register(
@@ -179,6 +189,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     },
     async (request, ctx) => {
       try {
+        gateway.access.check(callerOf(ctx), 'execute', 'model', request.model);
         // A cancellation from the client (or a closed connection) withdraws the queued request.
         return inferResult(await gateway.infer(request, { signal: requestSignal(ctx.mcpReq.signal), adapter: 'mcp' }));
       } catch (err) {
@@ -190,6 +201,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
 
 /** The answer of load_model / unload_model: each version's state once the change is done. */
 async function stateResult(model: string, change: () => Promise<ModelSummaryInfo>): Promise<CallToolResult> {
+  // change() checks the caller first: a denial is answered like any other error.
   try {
     const info = await change();
     return jsonResult(`${model}: ${info.versions.map((v) => `v${v.version} ${v.state}`).join(', ')}`, { ...info });

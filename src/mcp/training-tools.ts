@@ -1,10 +1,11 @@
 import { type CallToolResult, type McpServer, ResourceTemplate } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { asTensorgateError } from '../errors.js';
+import type { AccessControl } from '../security/rbac.js';
 import type { MetricSummary } from '../training/metric-series.js';
 import type { ChangeAnswer, TrainingControl } from '../training/training-control.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
-import { errorResult, jsonResult } from './results.js';
+import { callerOf, errorResult, jsonResult } from './results.js';
 
 /**
  * Tools that let an agent watch and steer training runs (tensorgate.train in the training loop).
@@ -56,7 +57,7 @@ function changeResult(answer: ChangeAnswer): CallToolResult {
   return jsonResult(`${answer.run}: ${what}; ${answer.note}`, { ...answer });
 }
 
-export function registerTrainingTools(server: McpServer, training: TrainingControl): void {
+export function registerTrainingTools(server: McpServer, training: TrainingControl, access: AccessControl): void {
   const register = schemaSharingRegistrar(server);
   register(
     'list_runs',
@@ -67,9 +68,13 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
       inputSchema: z.object({}),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
     },
-    async () => {
+    async (_args, ctx) => {
       try {
-        const { runs, unreadable } = training.listRuns();
+        const caller = callerOf(ctx);
+        const listed = training.listRuns();
+        const runs = listed.runs.filter((r) => access.can(caller, 'read', 'run', r.id));
+        // Unreadable files name no run anyone may read; only callers who may read every run see them.
+        const unreadable = access.can(caller, 'read', 'run', '*') ? listed.unreadable : [];
         const lines = runs.map(
           (r) =>
             `${r.id}: ${r.state} at step ${r.step}${Object.entries(r.latest)
@@ -98,8 +103,9 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
     },
-    async ({ run, metrics, points, since_step, plot }) => {
+    async ({ run, metrics, points, since_step, plot }, ctx) => {
       try {
+        access.check(callerOf(ctx), 'read', 'run', run);
         const report = training.getRun(run, {
           ...(metrics ? { metrics } : {}),
           ...(points !== undefined ? { points } : {}),
@@ -143,6 +149,11 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
     },
     async ({ run, values, apply_at_step, reason }, ctx) => {
       try {
+        access.check(callerOf(ctx), 'write', 'run', run);
+      } catch (err) {
+        return errorResult(err);
+      }
+      try {
         return changeResult(
           training.setHyperparameters(run, values, {
             actor: actorOf(server, ctx as Extra),
@@ -175,6 +186,11 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
     },
     async ({ run, command, checkpoint, reason }, ctx) => {
       try {
+        access.check(callerOf(ctx), 'write', 'run', run);
+      } catch (err) {
+        return errorResult(err);
+      }
+      try {
         return changeResult(
           training.control(run, command, {
             actor: actorOf(server, ctx as Extra),
@@ -191,13 +207,16 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
   server.registerResource(
     'run-metrics',
     new ResourceTemplate('run://{id}/metrics', {
-      list: async () => ({
-        resources: training.listRuns().runs.map((r) => ({
-          uri: `run://${r.id}/metrics`,
-          name: `${r.id} metrics`,
-          mimeType: 'text/csv',
-          description: `${r.name}: ${r.state} at step ${r.step}`,
-        })),
+      list: async (ctx) => ({
+        resources: training
+          .listRuns()
+          .runs.filter((r) => access.can(callerOf(ctx), 'read', 'run', r.id))
+          .map((r) => ({
+            uri: `run://${r.id}/metrics`,
+            name: `${r.id} metrics`,
+            mimeType: 'text/csv',
+            description: `${r.name}: ${r.state} at step ${r.step}`,
+          })),
       }),
     }),
     {
@@ -205,8 +224,9 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
       description: "A training run's metrics as CSV: a row per step, a column per metric.",
       mimeType: 'text/csv',
     },
-    async (uri, variables) => {
+    async (uri, variables, ctx) => {
       try {
+        access.check(callerOf(ctx), 'read', 'run', String(variables.id));
         return { contents: [{ uri: uri.href, mimeType: 'text/csv', text: training.metricsCsv(String(variables.id)) }] };
       } catch (err) {
         const error = asTensorgateError(err);

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import type { AuthInfo } from '@modelcontextprotocol/server';
 import { asTensorgateError, type ErrorCode, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
@@ -160,18 +161,21 @@ export async function serveGrpc(
     'grpc.max_send_message_length': -1,
   });
 
+  /** The caller of a call (undefined when auth is off or for health), or UNAUTHENTICATED. */
   const authenticate = async (method: string, call: grpc.ServerUnaryCall<unknown, unknown>) => {
-    if (!opts.authenticator || PUBLIC_METHODS.has(method)) return;
+    if (!opts.authenticator || PUBLIC_METHODS.has(method)) return undefined;
     const header = call.metadata.get('authorization')[0];
-    await opts.authenticator.authenticate(typeof header === 'string' ? header : undefined);
+    return opts.authenticator.authenticate(typeof header === 'string' ? header : undefined);
   };
   const unary =
-    <Req, Res>(fn: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>) =>
+    <Req, Res>(
+      fn: (request: Req, call: grpc.ServerUnaryCall<Req, Res>, caller: AuthInfo | undefined) => Res | Promise<Res>,
+    ) =>
     (call: grpc.ServerUnaryCall<Req, Res>, callback: grpc.sendUnaryData<Res>) => {
       const method = call.getPath().split('/').pop() as string;
       (async () => {
-        await authenticate(method, call as grpc.ServerUnaryCall<unknown, unknown>);
-        return fn(call.request, call);
+        const caller = await authenticate(method, call as grpc.ServerUnaryCall<unknown, unknown>);
+        return fn(call.request, call, caller);
       })().then(
         (response) => callback(null, response),
         (err: unknown) => {
@@ -188,20 +192,27 @@ export async function serveGrpc(
     ServerLive: unary(() => ({ live: true })),
     ServerReady: unary(() => ({ ready: serverReady(gateway) })),
     ServerMetadata: unary(() => serverMetadata()),
-    ModelMetadata: unary((req: { name: string; version: string }) => modelMetadata(gateway, req.name, req.version)),
-    ModelReady: unary((req: { name: string; version: string }) => ({
-      ready: modelReady(gateway, req.name, req.version),
-    })),
-    RepositoryIndex: unary(() => ({ models: repositoryIndex(gateway) })),
-    RepositoryModelLoad: unary(async (req: { model_name: string }) => {
+    ModelMetadata: unary((req: { name: string; version: string }, _call, caller) => {
+      gateway.access.check(caller, 'read', 'model', req.name);
+      return modelMetadata(gateway, req.name, req.version);
+    }),
+    ModelReady: unary((req: { name: string; version: string }, _call, caller) => {
+      gateway.access.check(caller, 'read', 'model', req.name);
+      return { ready: modelReady(gateway, req.name, req.version) };
+    }),
+    RepositoryIndex: unary((_req, _call, caller) => ({ models: repositoryIndex(gateway, caller) })),
+    RepositoryModelLoad: unary(async (req: { model_name: string }, _call, caller) => {
+      gateway.access.check(caller, 'modify', 'model', req.model_name);
       await gateway.loadModel(req.model_name);
       return {};
     }),
-    RepositoryModelUnload: unary(async (req: { model_name: string }) => {
+    RepositoryModelUnload: unary(async (req: { model_name: string }, _call, caller) => {
+      gateway.access.check(caller, 'modify', 'model', req.model_name);
       await gateway.unloadModel(req.model_name);
       return {};
     }),
-    ModelInfer: unary(async (req: InferRequestMessage, call) => {
+    ModelInfer: unary(async (req: InferRequestMessage, call, caller) => {
+      gateway.access.check(caller, 'execute', 'model', req.model_name);
       const model = gateway.modelConfig(req.model_name).name;
       const wanted = req.outputs.map((o) => o.name);
       checkOutputs(gateway, model, wanted);

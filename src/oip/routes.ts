@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HTTPVersion, Instance } from 'find-my-way';
 import { asTensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
+import type { ObjectKind, Permission } from '../security/rbac.js';
 import { encodeInferResponse, HEADER_LENGTH, type OipInferRequest, parseInferRequest } from './infer-codec.js';
 import {
   checkOutputs,
@@ -78,6 +79,9 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       });
     });
   };
+  /** FORBIDDEN unless the request's caller may (no caller: auth is off, everything is allowed). */
+  const allow = (req: IncomingMessage, permission: Permission, kind: ObjectKind, name: string) =>
+    gateway.access.check(req.auth, permission, kind, name);
   const versioned = (method: 'GET' | 'POST', suffix: string, handler: Handler) => {
     on(method, `/v2/models/:model${suffix}`, handler);
     on(method, `/v2/models/:model/versions/:version${suffix}`, handler);
@@ -86,14 +90,17 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
   on('GET', '/v2', (_req, res) => send(res, 200, serverMetadata()));
   on('GET', '/v2/health/live', (_req, res) => send(res, 200));
   on('GET', '/v2/health/ready', (_req, res) => send(res, serverReady(gateway) ? 200 : 400));
-  versioned('GET', '', (_req, res, { model, version }) =>
-    send(res, 200, modelMetadata(gateway, model as string, version)),
-  );
-  versioned('GET', '/ready', (_req, res, { model, version }) =>
-    send(res, modelReady(gateway, model as string, version) ? 200 : 400),
-  );
+  versioned('GET', '', (req, res, { model, version }) => {
+    allow(req, 'read', 'model', model as string);
+    send(res, 200, modelMetadata(gateway, model as string, version));
+  });
+  versioned('GET', '/ready', (req, res, { model, version }) => {
+    allow(req, 'read', 'model', model as string);
+    send(res, modelReady(gateway, model as string, version) ? 200 : 400);
+  });
 
   versioned('POST', '/infer', async (req, res, { model, version }) => {
+    allow(req, 'execute', 'model', model as string);
     const config = gateway.modelConfig(model as string);
     const body = await readBody(req, gateway.config.maxHttpBodyBytes);
     const request = parseInferRequest(body, req.headers[HEADER_LENGTH], {
@@ -148,20 +155,27 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     res.writeHead(200, { ...encoded.headers, 'content-length': encoded.body.length }).end(encoded.body);
   }
 
-  on('GET', '/v2/systemsharedmemory/status', (_req, res) => send(res, 200, regions.status()));
-  on('GET', '/v2/systemsharedmemory/region/:region/status', (_req, res, { region }) =>
-    send(res, 200, regions.status(region)),
-  );
+  on('GET', '/v2/systemsharedmemory/status', (req, res) => {
+    allow(req, 'read', 'server', 'shared-memory');
+    send(res, 200, regions.status());
+  });
+  on('GET', '/v2/systemsharedmemory/region/:region/status', (req, res, { region }) => {
+    allow(req, 'read', 'server', 'shared-memory');
+    send(res, 200, regions.status(region));
+  });
   on('POST', '/v2/systemsharedmemory/region/:region/register', async (req, res, { region }) => {
+    allow(req, 'write', 'server', 'shared-memory');
     regions.register(region as string, parseJson(await readBody(req, 64 * 1024)));
     send(res, 200);
   });
   on('POST', '/v2/systemsharedmemory/region/:region/unregister', async (req, res, { region }) => {
+    allow(req, 'write', 'server', 'shared-memory');
     await readBody(req, 64 * 1024);
     regions.unregister(region);
     send(res, 200);
   });
   on('POST', '/v2/systemsharedmemory/unregister', async (req, res) => {
+    allow(req, 'write', 'server', 'shared-memory');
     await readBody(req, 64 * 1024);
     regions.unregister();
     send(res, 200);
@@ -196,12 +210,16 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       })),
     };
   };
-  on('GET', '/v2/models/stats', (_req, res) =>
+  on('GET', '/v2/models/stats', (req, res) =>
     send(res, 200, {
-      model_stats: gateway.listModels().flatMap((m) => m.versions.map((v) => statsOf(m.name, v.version))),
+      model_stats: gateway
+        .listModels()
+        .filter((m) => gateway.access.can(req.auth, 'read', 'model', m.name))
+        .flatMap((m) => m.versions.map((v) => statsOf(m.name, v.version))),
     }),
   );
-  versioned('GET', '/stats', (_req, res, { model, version }) => {
+  versioned('GET', '/stats', (req, res, { model, version }) => {
+    allow(req, 'read', 'model', model as string);
     const config = gateway.modelConfig(model as string);
     const info = gateway.modelInfo(config.name);
     const versions = version !== undefined ? [checkVersion(info.versions, config.name, version)] : info.versions;
@@ -210,11 +228,12 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
 
   on('POST', '/v2/repository/index', async (req, res) => {
     await readBody(req, 64 * 1024);
-    send(res, 200, repositoryIndex(gateway));
+    send(res, 200, repositoryIndex(gateway, req.auth));
   });
 
   for (const action of ['load', 'unload'] as const) {
     on('POST', `/v2/repository/models/:model/${action}`, async (req, res, { model }) => {
+      allow(req, 'modify', 'model', model as string);
       await readBody(req, 64 * 1024);
       if (action === 'load') await gateway.loadModel(model as string);
       else await gateway.unloadModel(model as string);

@@ -1,3 +1,4 @@
+import type { AuthInfo } from '@modelcontextprotocol/server';
 import { tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import { defaultVersion, type TensorSpec } from '../registry/model-config.js';
@@ -53,8 +54,10 @@ export function modelReady(gateway: Gateway, model: string, version?: string): b
   return checkVersion(info.versions, config.name, version || defaultVersion(config)).state === 'ready';
 }
 
-export function repositoryIndex(gateway: Gateway) {
-  return gateway.listModels().flatMap((m) =>
+/** The repository index; with a caller, only the models it may read. */
+export function repositoryIndex(gateway: Gateway, caller?: AuthInfo) {
+  const models = gateway.listModels().filter((m) => gateway.access.can(caller, 'read', 'model', m.name));
+  return models.flatMap((m) =>
     m.versions.map((v) => ({
       name: m.name,
       version: v.version,

@@ -325,16 +325,27 @@ describe('training runs over MCP', () => {
 });
 
 describe('the trainer without a gateway', () => {
-  it('trains on when the server is killed, and a new server finds the run', async () => {
+  it('trains on when the server is killed, and a new server finds the run', async (ctx) => {
     const dirs = trainingWorkDir();
     const first = await startTrainingServer(dirs.work, dirs.runsDir, dirs.auditLog);
+    // Killed below; if the test fails before that, it must not outlive the test and hold the file.
+    const killFirst = () => {
+      if (first.transport.pid) {
+        try {
+          process.kill(first.transport.pid, 'SIGKILL');
+        } catch {
+          // Gone already.
+        }
+      }
+    };
+    ctx.after(killFirst);
     const t = startTrainer(dirs.runsDir, dirs.work, ['--name', 'orphan', '--steps', '150', '--step-sleep', '0.01']);
     trainers.push(t);
     const run = await t.runId;
     await waitFor('a step', async () => (t.records().length > 5 ? true : undefined));
     const answer = await call(first.client, 'set_hyperparameters', { run, values: { lr: 0.2 } });
     assert.equal(answer.isError, false, answer.text);
-    first.transport.pid && process.kill(first.transport.pid, 'SIGKILL');
+    killFirst();
     const { code } = await t.exited;
     assert.equal(code, 0, 'the trainer finished every step');
     const records = t.records();

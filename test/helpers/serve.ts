@@ -29,11 +29,12 @@ export interface Served {
 }
 
 export async function serveOne(
-  model: string,
+  model: string | string[],
   options: { globalArgs?: string[]; serveArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
 ): Promise<Served> {
   const work = mkdtempSync(join(tmpdir(), 'tg-serve-'));
-  cpSync(join(ensureTestModels(), model), join(work, 'models', model), { recursive: true });
+  for (const name of typeof model === 'string' ? [model] : model)
+    cpSync(join(ensureTestModels(), name), join(work, 'models', name), { recursive: true });
   const child = spawn(
     process.execPath,
     [

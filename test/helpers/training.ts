@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -90,11 +90,16 @@ export function startTrainer(
   const exited = new Promise<{ code: number | null; lines: Record<string, unknown>[] }>((resolve) =>
     child.once('exit', (code) => resolve({ code, lines })),
   );
-  const records = () =>
-    readFileSync(out, 'utf8')
+  // The trainer creates its output file at its first step: until then there are no records yet.
+  // A line still being written is not a record yet either.
+  const records = () => {
+    const text = existsSync(out) ? readFileSync(out, 'utf8') : '';
+    return text
+      .slice(0, text.lastIndexOf('\n') + 1)
       .split('\n')
       .filter((l) => l.trim())
       .map((l) => JSON.parse(l));
+  };
   return { child, runId, exited, out, records };
 }
 
