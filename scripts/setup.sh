@@ -20,6 +20,8 @@ apt_packages=()
 # Debian's python3-torch (1.13, CPU) installs in about 90 s; PyPI's torch wheels pull several GB
 # of CUDA libraries on Linux, and the CPU-only wheels live on an index outside the registries.
 "$PYTHON" -c 'import torch, numpy' 2>/dev/null || apt_packages+=(python3-torch python3-numpy)
+# Workers decrypt models encrypted at rest with AES-GCM from the cryptography package.
+"$PYTHON" -c 'import cryptography' 2>/dev/null || apt_packages+=(python3-cryptography)
 if [[ $want_test == 1 ]]; then
   "$PYTHON" -c 'import pytest' 2>/dev/null || apt_packages+=(python3-pytest)
 fi

@@ -2,7 +2,8 @@
 
 Three formats (docs/model-repository.md): TorchScript (``torch.jit.load``), ``torch.export``
 programs (only where the installed torch has ``torch.export.load``) and eager ``module:factory``
-code plus a state_dict read with ``weights_only=True`` so a weights file cannot run code.
+code plus a state_dict read with ``weights_only=True`` so a weights file cannot run code. A file
+encrypted at rest (``_sealed.py``) is decrypted into memory first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from ._dtypes import to_torch
 from ._errors import BAD_PARAMETER, LOAD_FAILED, UNSUPPORTED_FORMAT, WorkerError
+from ._sealed import open_model_file
 
 
 @dataclass(frozen=True)
@@ -141,17 +143,17 @@ def _load_eager(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
         raise WorkerError(
             LOAD_FAILED, f"{spec.entry} returned {type(model).__name__}, not a Module"
         )
-    state = torch.load(spec.file, map_location="cpu", weights_only=True)
+    state = torch.load(open_model_file(spec.file), map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     return model.to(device)
 
 
 def _load_torchscript(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
-    return torch.jit.load(spec.file, map_location=device)
+    return torch.jit.load(open_model_file(spec.file), map_location=device)
 
 
 def _load_export(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
-    program = _torch_export().load(spec.file)
+    program = _torch_export().load(open_model_file(spec.file))
     return program.module().to(device)
 
 

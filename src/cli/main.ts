@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { LOG_FORMATS, LOG_LEVELS } from '../observability/logger.js';
 import { VERSION } from '../version.js';
+import { runEncryptModel } from './encrypt-model.js';
 import { runInfer } from './infer.js';
 import { DEFAULT_KEYS_FILE, runKeysCreate, runKeysList, runKeysRevoke } from './keys.js';
 import { configureLogging } from './logs.js';
@@ -123,6 +124,14 @@ for (const [command, tool, what] of [
       callServerTool(opts.url, tool, { model, ...(opts.version ? { version: opts.version } : {}) }),
     );
 }
+
+program
+  .command('encrypt-model')
+  .description("encrypt a model folder's weight files at rest (AES-256-GCM with $TENSORGATE_MODEL_KEY)")
+  .argument('<dir>', 'model folder holding config.json and version folders')
+  .option('--version <v>', 'only this version (default: all)')
+  .option('--keep-plaintext', 'keep the unencrypted files (default: removed once the encrypted one checks out)')
+  .action((dir: string, opts) => runEncryptModel(program.opts(), dir, opts));
 
 program
   .command('models')
