@@ -155,6 +155,8 @@ export class Gateway {
     this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
     this.audit = new AuditLog(config.auditLogPath);
     this.access = AccessControl.fromFile(config.rolesFile);
+    this.access.onDenied = ({ caller, permission, kind, name }) =>
+      this.audit.record({ actor: caller, action: 'access_denied', target: `${kind}:${name}`, permission });
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.models = new ModelManager({
       engines: new Map<string, Engine>([['torch', new TorchEngine({ onLog: log })]]),

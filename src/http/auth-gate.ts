@@ -31,7 +31,18 @@ export interface AuthGate {
   admit(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
 }
 
-export function createAuthGate(auth: Authenticator, resourceUrl: URL): AuthGate {
+/** A refused credential, for the audit log: where it was sent and why; never the credential. */
+export interface AuthFailure {
+  path: string;
+  reason: string;
+  remote: string;
+}
+
+export function createAuthGate(
+  auth: Authenticator,
+  resourceUrl: URL,
+  onFailure: (failure: AuthFailure) => void = () => {},
+): AuthGate {
   const metadataUrl = getOAuthProtectedResourceMetadataUrl(resourceUrl);
   const metadataPaths = new Set([METADATA_PATH, new URL(metadataUrl).pathname]);
   const metadata = JSON.stringify({
@@ -58,6 +69,11 @@ export function createAuthGate(auth: Authenticator, resourceUrl: URL): AuthGate 
       } catch (err) {
         const challenge = bearerAuthChallengeResponse(err, { resourceMetadataUrl: metadataUrl });
         const body = (await challenge.json().catch(() => ({}))) as Record<string, unknown>;
+        onFailure({
+          path,
+          reason: String(body.error_description ?? body.error ?? 'refused'),
+          remote: req.socket.remoteAddress ?? 'unknown',
+        });
         const headers: Record<string, string> = { 'content-type': 'application/json' };
         challenge.headers.forEach((value, name) => {
           if (name !== 'content-type' && name !== 'content-length') headers[name] = value;
@@ -72,9 +88,13 @@ export function createAuthGate(auth: Authenticator, resourceUrl: URL): AuthGate 
 
 /** /metrics and the dashboard name every model: they need read on `server:metrics`. */
 export function mayReadMetrics(gateway: Gateway, req: IncomingMessage, res: ServerResponse): boolean {
-  if (gateway.access.can(req.auth, 'read', 'server', 'metrics')) return true;
-  res
-    .writeHead(403, { 'content-type': 'application/json' })
-    .end(JSON.stringify({ error: `FORBIDDEN: the caller's roles do not allow read on server "metrics"` }));
-  return false;
+  try {
+    gateway.access.check(req.auth, 'read', 'server', 'metrics');
+    return true;
+  } catch (err) {
+    res
+      .writeHead(403, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ error: `FORBIDDEN: ${(err as Error).message}` }));
+    return false;
+  }
 }

@@ -127,7 +127,9 @@ export async function serveHttp(
     opts.publicUrl?.replace(/\/$/, '') ?? `${scheme}://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
   if (authenticator) {
     authenticator.audience ||= `${base}/mcp`;
-    gate = createAuthGate(authenticator, new URL(`${base}/mcp`));
+    gate = createAuthGate(authenticator, new URL(`${base}/mcp`), ({ path, reason, remote }) =>
+      gateway.audit.record({ actor: `remote:${remote}`, action: 'auth_failed', target: `http:${path}`, reason }),
+    );
   }
   return {
     server,

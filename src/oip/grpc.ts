@@ -165,7 +165,17 @@ export async function serveGrpc(
   const authenticate = async (method: string, call: grpc.ServerUnaryCall<unknown, unknown>) => {
     if (!opts.authenticator || PUBLIC_METHODS.has(method)) return undefined;
     const header = call.metadata.get('authorization')[0];
-    return opts.authenticator.authenticate(typeof header === 'string' ? header : undefined);
+    try {
+      return await opts.authenticator.authenticate(typeof header === 'string' ? header : undefined);
+    } catch (err) {
+      gateway.audit.record({
+        actor: `remote:${call.getPeer()}`,
+        action: 'auth_failed',
+        target: `grpc:${method}`,
+        reason: (err as Error).message,
+      });
+      throw err;
+    }
   };
   const unary =
     <Req, Res>(

@@ -60,8 +60,17 @@ interface CompiledGrant {
   patterns: Partial<Record<ObjectKind, RegExp[]>>;
 }
 
+export interface Denial {
+  caller: string;
+  permission: Permission;
+  kind: ObjectKind;
+  name: string;
+}
+
 export class AccessControl {
   private readonly roles = new Map<string, CompiledGrant[]>();
+  /** Told of every denied check (the gateway writes it to the audit log). */
+  onDenied: (denial: Denial) => void = () => {};
 
   constructor(custom: Record<string, Grant[]> = {}) {
     for (const [role, grants] of Object.entries({ ...BUILTIN_ROLES, ...custom })) {
@@ -104,6 +113,7 @@ export class AccessControl {
   /** Throws FORBIDDEN unless the caller may; the message does not say whether `name` exists. */
   check(caller: AuthInfo | undefined, permission: Permission, kind: ObjectKind, name: string): void {
     if (this.can(caller, permission, kind, name)) return;
+    this.onDenied({ caller: caller?.clientId ?? 'unknown', permission, kind, name });
     throw tgError(
       'FORBIDDEN',
       `${caller?.clientId ?? 'this caller'} (roles: ${caller?.scopes.join(', ') || 'none'}) may not ${permission} ${kind} "${name}"`,

@@ -175,6 +175,19 @@ describe('authentication on HTTP, MCP and gRPC', { timeout: 240_000 }, () => {
     client.close();
   });
 
+  it('audits refused credentials by route and reason, never with the credential', async () => {
+    await get(`${served.base}/v2/models/adder`, 'tgk_000000000000_not-a-real-secret-not-a-real-secret-not-a-re');
+    const entries = readFileSync(join(served.work, 'audit.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const failed = entries.filter((e) => e.action === 'auth_failed');
+    assert.ok(failed.some((e) => e.target === 'http:/metrics' && /Missing Authorization/.test(String(e.reason))));
+    assert.ok(failed.some((e) => e.target === 'grpc:ModelMetadata'));
+    assert.ok(failed.every((e) => String(e.actor).startsWith('remote:')));
+    assert.ok(!readFileSync(join(served.work, 'audit.jsonl'), 'utf8').includes('not-a-real-secret'));
+  });
+
   it('refuses a revoked key from the next request on, without a restart', async () => {
     const id = key.split('_')[1] as string;
     await cli(['--audit-log', join(work, 'audit.jsonl'), 'keys', 'revoke', id, '--file', keysFile]);

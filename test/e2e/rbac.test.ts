@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -206,6 +206,18 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
       ((await index.json()) as { name: string }[]).map((m) => m.name),
       ['adder'],
     );
+  });
+
+  it('audits every denial with the caller, the object and the permission', () => {
+    const denied = readFileSync(join(served.work, 'audit.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((e) => e.action === 'access_denied');
+    assert.ok(
+      denied.some((e) => e.target === 'model:adder' && e.permission === 'modify' && String(e.actor).startsWith('key:')),
+    );
+    assert.ok(denied.some((e) => e.target === 'server:metrics' && e.permission === 'read'));
   });
 
   it('answers a denied name the same whether or not it exists', async () => {

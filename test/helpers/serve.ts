@@ -14,6 +14,8 @@ export type LogRecord = Record<string, unknown> & { level: string; msg: string; 
 
 export interface Served {
   child: ChildProcess;
+  /** The server's folder: models/, r.db, audit.jsonl. */
+  work: string;
   /** The MCP endpoint. */
   url: string;
   /** http://HOST:PORT, for /v2 and /metrics. */
@@ -92,6 +94,7 @@ export async function serveOne(
   };
   return {
     child,
+    work,
     url,
     base: url.replace(/\/mcp$/, ''),
     stderr: () => stderr,
