@@ -6,7 +6,7 @@
 import { tgError } from '../errors.js';
 import { DTYPES, type DType, dtypeSize, isDType } from './dtype.js';
 import { floatToBfloat16Bits, floatToHalfBits } from './half.js';
-import { numberReader, numel, type Tensor } from './tensor.js';
+import { MAX_RANK, numberReader, numel, type Tensor } from './tensor.js';
 
 export type NestedArray = number | boolean | NestedArray[];
 /** A nested array whose leaves are `T`. */
@@ -147,6 +147,13 @@ export function fromNestedArray(value: unknown, dtype: DType, opts: FromNestedAr
   }
   const shape: number[] = [];
   for (let v = value; Array.isArray(v); v = v[0]) {
+    // Checked while descending, before any recursion: a hostile array may be nested 10^6 deep.
+    if (shape.length === MAX_RANK)
+      throw tgError(
+        'BAD_TENSOR',
+        `the array is nested more than ${MAX_RANK} deep; a tensor has at most ${MAX_RANK} dimensions`,
+        { maxRank: MAX_RANK },
+      );
     shape.push(v.length);
     if (v.length === 0) break;
   }

@@ -47,9 +47,20 @@ export function numel(shape: readonly number[]): number {
 }
 
 /** Throws BAD_TENSOR unless `shape` is an array of non-negative integers with a safe element count. */
+/**
+ * The most dimensions a tensor may have, in a declared shape or a nested array. PyTorch allows 64;
+ * no model takes more than a handful, and a bound keeps every walk over a shape or an array short.
+ */
+export const MAX_RANK = 32;
+
 export function checkShape(shape: unknown): asserts shape is number[] {
   if (!Array.isArray(shape)) {
     throw tgError('BAD_TENSOR', `shape must be an array of non-negative integers, e.g. [1, 3, 224, 224]`, { shape });
+  }
+  if (shape.length > MAX_RANK) {
+    throw tgError('BAD_TENSOR', `shape has ${shape.length} dimensions; at most ${MAX_RANK} are accepted`, {
+      rank: shape.length,
+    });
   }
   for (let i = 0; i < shape.length; i++) {
     const d: unknown = shape[i];

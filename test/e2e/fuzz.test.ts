@@ -1,0 +1,273 @@
+import assert from 'node:assert/strict';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { ERROR_CODES } from '../../src/errors.js';
+import { type Served, serveOne } from '../helpers/serve.js';
+
+/**
+ * Bounded fuzzing of everything that parses a caller's tensors, on the real server: OIP v2 JSON
+ * and binary bodies and shared-memory requests over real HTTP, and MCP `infer` inputs over the
+ * official client. Every malformed input must get a clear client error (4xx, or an MCP error
+ * result with a known code that is not INTERNAL), the server must keep serving, and its memory
+ * must stay bounded. Seeded: a failure names the case that caused it and repeats.
+ * TENSORGATE_FUZZ_CASES sets the cases per surface (400 in CI; thousands for a long run).
+ */
+
+const CASES_PER_SURFACE = Number(process.env.TENSORGATE_FUZZ_CASES ?? 400);
+
+/** mulberry32: small, seeded, good enough to pick cases. */
+function rng(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+type Pick = <T>(xs: readonly T[]) => T;
+
+/** Stands for a deeply nested array in a request spliced in as text (JSON.stringify would overflow). */
+const DEEP_MARKER = '__deep__';
+
+function deepArray(depth: number): unknown {
+  let node: unknown = [1];
+  for (let i = 0; i < depth; i++) node = [node];
+  return node;
+}
+
+const WEIRD_NUMBERS = [Number.NaN, 1e308, -1, 0, 2 ** 53 + 1, -(2 ** 31), 1.5, 'x', null, {}, [], true];
+const WEIRD_SHAPES: unknown[] = [
+  [1, 2],
+  [2, 2],
+  [-1, 2],
+  [1e12, 1e12],
+  [2 ** 31, 2 ** 31, 2 ** 31],
+  [],
+  [0, 2],
+  Array.from({ length: 64 }, () => 1),
+  Array.from({ length: 10_000 }, () => 1),
+  ['1', 2],
+  [1.5, 2],
+  null,
+  'shape',
+  [Number.NaN, 2],
+];
+const DATATYPES = ['FP32', 'FP64', 'INT64', 'BYTES', 'BOOL', 'FP16', 'BF16', 'UINT8', 'fp32', 'COMPLEX', '', 7];
+
+/** One malformed OIP v2 infer request: body and headers. */
+function oipCase(r: () => number, pick: Pick): { body: Buffer; headers: Record<string, string> } {
+  const tensor = (name: string) => ({
+    name,
+    shape: pick(WEIRD_SHAPES),
+    datatype: pick(DATATYPES),
+    data: pick<unknown>([
+      [1, 2],
+      [1, 2, 3],
+      Array.from({ length: 5 }, () => pick(WEIRD_NUMBERS)),
+      DEEP_MARKER,
+      'AAAA',
+      null,
+      { a: 1 },
+      Array.from({ length: 100_000 }, () => 1),
+    ]),
+    ...(r() < 0.2 ? { parameters: { binary_data_size: pick<unknown>([-1, 0, 8, 2 ** 40, 'x']) } } : {}),
+    ...(r() < 0.1
+      ? { parameters: { shared_memory_region: pick(['nope', '', '../x']), shared_memory_byte_size: 8 } }
+      : {}),
+  });
+  const kind = Math.floor(r() * 6);
+  const json = JSON.stringify({
+    inputs: r() < 0.1 ? pick<unknown>([null, {}, 'x', []]) : [tensor(pick(['a', 'b', 'c', ''])), tensor('b')],
+    ...(r() < 0.2
+      ? {
+          outputs: pick<unknown>([
+            [{ name: 'nope' }],
+            'x',
+            [{}],
+            [{ name: 'sum', parameters: { binary_data: 'yes' } }],
+          ]),
+        }
+      : {}),
+    ...(r() < 0.1 ? { parameters: pick<unknown>([{ precision: 'fp8' }, { timeout_ms: -5 }, 'x']) } : {}),
+  });
+  const depth = 1 + Math.floor(r() * 200_000);
+  const bytes = Buffer.from(json.replaceAll(`"${DEEP_MARKER}"`, `${'['.repeat(depth)}1${']'.repeat(depth)}`));
+  switch (kind) {
+    case 0: // truncated JSON
+      return {
+        body: bytes.subarray(0, Math.floor(r() * bytes.length)),
+        headers: { 'content-type': 'application/json' },
+      };
+    case 1: // invalid UTF-8 spliced in
+      return {
+        body: Buffer.concat([bytes.subarray(0, 10), Buffer.from([0xff, 0xfe, 0xc3]), bytes.subarray(10)]),
+        headers: { 'content-type': 'application/json' },
+      };
+    case 2: {
+      // binary extension with a lying header length
+      const lie = pick<unknown>([-1, 0, bytes.length + 100, 'abc', bytes.length - 3, 2 ** 53]);
+      return {
+        body: Buffer.concat([bytes, Buffer.alloc(Math.floor(r() * 64))]),
+        headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(lie) },
+      };
+    }
+    case 3: // random bytes
+      return {
+        body: Buffer.from(Array.from({ length: Math.floor(r() * 512) }, () => Math.floor(r() * 256))),
+        headers: {},
+      };
+    default:
+      return { body: bytes, headers: { 'content-type': 'application/json' } };
+  }
+}
+
+/** One malformed MCP infer input for the `a` input of the adder. */
+function mcpCase(r: () => number, pick: Pick): Record<string, unknown> {
+  const value = pick<unknown>([
+    deepArray(Math.floor(r() * 3000)),
+    [[1, 'two']],
+    [[1, 2], [3]],
+    { b64: '!!!not base64!!!', shape: [1, 2], dtype: 'float32' },
+    {
+      b64: Buffer.alloc(8).toString('base64'),
+      shape: pick(WEIRD_SHAPES),
+      dtype: pick(['float32', 'float64', 'int8', 'complex', 7]),
+    },
+    { b64: Buffer.alloc(7).toString('base64'), shape: [1, 2], dtype: 'float32' },
+    { path: pick(['../../etc/passwd', '/etc/passwd', 'relative.npy', '/nonexistent.npy', '', '/dev/zero']) },
+    { handle: pick(['tensor://nope', 'tensor://', 'http://x', '']) },
+    'tensor://AAAAAAAAAAAA',
+    { shape: [1, 2] },
+    null,
+    42,
+    [[Number.MAX_VALUE, -Number.MAX_VALUE]],
+  ]);
+  const inputs: Record<string, unknown> = { a: value, b: [[1, 2]] };
+  if (r() < 0.2) inputs[pick(['c', '', '__proto__', 'constructor'])] = [[1, 2]];
+  if (r() < 0.1) delete inputs.b;
+  return {
+    model: pick(['adder', 'adder', 'nope', '']),
+    inputs,
+    ...(r() < 0.1 ? { version: pick(['9', '-1', 'x']) } : {}),
+  };
+}
+
+describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
+  let served: Served;
+
+  before(async () => {
+    served = await serveOne('adder');
+  });
+
+  after(async () => {
+    await served?.stop();
+  });
+
+  const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${served.child.pid}/status`, 'utf8'))?.[1]) * 1024;
+
+  it(`answers ${CASES_PER_SURFACE} malformed OIP v2 requests with client errors and keeps serving`, async () => {
+    const r = rng(7);
+    const pick: Pick = (xs) => xs[Math.floor(r() * xs.length)] as (typeof xs)[number];
+    const statuses = new Map<number, number>();
+    for (let i = 0; i < CASES_PER_SURFACE; i++) {
+      const { body, headers } = oipCase(r, pick);
+      const path = pick(['/v2/models/adder/infer', '/v2/models/adder/versions/1/infer', '/v2/models/nope/infer']);
+      const res = await fetch(`${served.base}${path}`, { method: 'POST', body: new Uint8Array(body), headers });
+      const text = await res.text();
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      assert.ok(res.status >= 400 && res.status < 500, `case ${i}: HTTP ${res.status} ${text.slice(0, 300)}`);
+      const code = /^"?([A-Z_]+):/.exec((JSON.parse(text) as { error: string }).error)?.[1];
+      assert.ok(code && code in ERROR_CODES && code !== 'INTERNAL', `case ${i}: ${text.slice(0, 300)}`);
+    }
+    assert.equal((await fetch(`${served.base}/v2/health/ready`)).status, 200);
+    process.stderr.write(`oip fuzz statuses: ${JSON.stringify(Object.fromEntries(statuses))}\n`);
+  });
+
+  it('answers malformed shared-memory registrations and references with client errors', async () => {
+    const r = rng(13);
+    const pick: Pick = (xs) => xs[Math.floor(r() * xs.length)] as (typeof xs)[number];
+    const real = `/tg_fuzz_${process.pid}`;
+    writeFileSync(`/dev/shm${real}`, Buffer.alloc(64));
+    try {
+      const post = (path: string, body: unknown) =>
+        fetch(`${served.base}${path}`, {
+          method: 'POST',
+          body: JSON.stringify(body),
+          headers: { 'content-type': 'application/json' },
+        });
+      for (let i = 0; i < CASES_PER_SURFACE / 4; i++) {
+        const name = pick(['r', 'r', 'other', '', '../x', 'a'.repeat(300)]);
+        const reg = await post(`/v2/systemsharedmemory/region/${encodeURIComponent(name)}/register`, {
+          key: pick<unknown>([real, real, '/nonexistent', '../../etc/passwd', '/dev/zero', '', 'x'.repeat(300), 7]),
+          byte_size: pick<unknown>([64, 16, 0, -1, 2 ** 53, 'x', 1e12]),
+          ...(r() < 0.5 ? { offset: pick<unknown>([0, 8, 63, 64, -1, 2 ** 40, 'x']) } : {}),
+        });
+        const regText = await reg.text();
+        assert.ok(
+          reg.status === 200 || (reg.status >= 400 && reg.status < 500),
+          `register ${i}: ${reg.status} ${regText}`,
+        );
+        const res = await post('/v2/models/adder/infer', {
+          inputs: ['a', 'b'].map((input) => ({
+            name: input,
+            shape: [1, 2],
+            datatype: 'FP32',
+            parameters: {
+              shared_memory_region: pick(['r', 'other', 'nope']),
+              shared_memory_byte_size: pick<unknown>([8, 4, 64, 0, -8, 2 ** 40, 'x']),
+              ...(r() < 0.5 ? { shared_memory_offset: pick<unknown>([0, 56, 60, 64, -8, 2 ** 40]) } : {}),
+            },
+          })),
+        });
+        const text = await res.text();
+        assert.ok(res.status === 200 || (res.status >= 400 && res.status < 500), `infer ${i}: ${res.status} ${text}`);
+        if (r() < 0.3) await post(`/v2/systemsharedmemory/region/${encodeURIComponent(name)}/unregister`, {});
+      }
+      assert.equal((await fetch(`${served.base}/v2/health/ready`)).status, 200);
+    } finally {
+      rmSync(`/dev/shm${real}`, { force: true });
+    }
+  });
+
+  it(`answers ${CASES_PER_SURFACE} malformed MCP infer calls with error results and keeps serving`, async () => {
+    const r = rng(11);
+    const pick: Pick = (xs) => xs[Math.floor(r() * xs.length)] as (typeof xs)[number];
+    const client = new Client({ name: 'fuzz', version: '0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(served.url)));
+    const codes = new Map<string, number>();
+    const rssBefore = rss();
+    for (let i = 0; i < CASES_PER_SURFACE; i++) {
+      const args = mcpCase(r, pick);
+      let code: string;
+      try {
+        const result = await client.callTool({ name: 'infer', arguments: args });
+        const text = (result.content as { text?: string }[])[0]?.text ?? '';
+        code = result.isError ? (/^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`) : 'ok';
+      } catch (err) {
+        // The SDK refuses arguments that break the tool's input schema before calling it.
+        code = /Input validation error|-32602|Invalid/.test(String(err))
+          ? 'SCHEMA'
+          : `threw: ${String(err).slice(0, 200)}`;
+      }
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+      assert.ok(
+        code === 'ok' || code === 'SCHEMA' || (code in ERROR_CODES && code !== 'INTERNAL'),
+        `case ${i} ${JSON.stringify(args).slice(0, 300)}: ${code}`,
+      );
+    }
+    const ok = await client.callTool({
+      name: 'infer',
+      arguments: { model: 'adder', inputs: { a: [[1, 2]], b: [[3, 4]] } },
+    });
+    assert.equal(ok.isError, undefined, 'a good call after the fuzz still works');
+    await client.close();
+    const grown = rss() - rssBefore;
+    process.stderr.write(
+      `mcp fuzz codes: ${JSON.stringify(Object.fromEntries(codes))}; server RSS grew ${Math.round(grown / 2 ** 20)} MiB\n`,
+    );
+    assert.ok(grown < 256 * 2 ** 20, `server RSS grew ${grown} bytes`);
+  });
+});
