@@ -129,19 +129,16 @@ export function encodeNpyHeader(dtype: DType, shape: readonly number[]): Buffer 
   }
   const shapeRepr = shape.length === 1 ? `(${shape[0]},)` : `(${shape.join(', ')})`;
   const dict = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${shapeRepr}, }`;
-  let prefix = 10;
-  let pad = (ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN;
-  if (dict.length + pad + 1 > 0xffff) {
-    prefix = 12;
-    pad = (ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN;
-  }
+  // Version 1.0 always suffices: shapes have at most MAX_RANK (32) dimensions, so the dict stays
+  // far below the 64 KiB a 1.0 header can describe. Reading accepts 2.0 and 3.0 as numpy writes them.
+  const prefix = 10;
+  const pad = (ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN;
   const headerLen = dict.length + pad + 1;
   const out = Buffer.alloc(prefix + headerLen, 0x20);
   MAGIC.copy(out, 0);
-  out[6] = prefix === 10 ? 1 : 2;
+  out[6] = 1;
   out[7] = 0;
-  if (prefix === 10) out.writeUInt16LE(headerLen, 8);
-  else out.writeUInt32LE(headerLen, 8);
+  out.writeUInt16LE(headerLen, 8);
   out.write(dict, prefix, 'latin1');
   out[out.length - 1] = 0x0a;
   return out;

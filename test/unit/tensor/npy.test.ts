@@ -59,15 +59,18 @@ test('encodeNpyParts hands back the header and the tensor bytes themselves', () 
   assert.deepEqual(Buffer.concat([header, data]), encodeNpy(t));
 });
 
-test('a header too long for version 1.0 is written as version 2.0', () => {
-  const shape = new Array(25000).fill(1);
-  const t = makeTensor('uint8', shape, new Uint8Array([42]));
-  const file = encodeNpy(t);
-  assert.equal(file[6], 2);
-  assert.equal((file.readUInt32LE(8) + 12) % 64, 0);
-  const back = decodeNpy(file);
-  assert.equal(back.shape.length, 25000);
-  assert.deepEqual([...back.data], [42]);
+test('the widest shape accepted still fits a version 1.0 header; deeper files are refused', () => {
+  const widest = encodeNpyHeader('float64', new Array(32).fill(Number.MAX_SAFE_INTEGER));
+  assert.equal(widest[6], 1);
+  assert.equal(widest.length % 64, 0);
+  assert.ok(widest.length < 0xffff);
+  const deep = `{'descr': '|u1', 'fortran_order': False, 'shape': (${new Array(25000).fill(1).join(', ')}), }`;
+  throwsCode(() => decodeNpy(npyFile(deep, new Uint8Array([42]), 2)), 'BAD_TENSOR', /at most 32/);
+});
+
+test('a version 2.0 file (4-byte header length) decodes', () => {
+  const v2 = decodeNpy(npyFile("{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }", new Uint8Array([42]), 2));
+  assert.deepEqual([...v2.data], [42]);
 });
 
 test('bfloat16 cannot be written as .npy, and the error says what to do instead', () => {
