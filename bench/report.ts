@@ -19,6 +19,7 @@ import { renderMetricsOverhead } from './metrics-overhead/render.js';
 import { renderOip } from './oip/render.js';
 import { renderPeers } from './peers/render.js';
 import { renderShmMap } from './shm-map/render.js';
+import { renderSoak } from './soak/render.js';
 import { renderTraining } from './training/render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -48,6 +49,7 @@ const RENDERERS: Record<string, Renderer> = {
   oip: renderOip,
   'metrics-overhead': renderMetricsOverhead,
   peers: renderPeers,
+  soak: renderSoak,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -92,6 +94,7 @@ function main(): void {
     'node --import tsx bench/oip/run.ts                     # about 4 minutes on 2 cores',
     'node --import tsx bench/metrics-overhead/run.ts        # about 1 minute on 2 cores',
     'bash bench/peers/run.sh                               # set-up + about 10 minutes on 2 cores',
+    'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',
