@@ -52,6 +52,15 @@ export const ERROR_CODES = {
     summary: 'Loading the model would exceed the memory budget and no idle model can be unloaded.',
   },
   QUEUE_FULL: { status: 429, summary: 'Too many requests are waiting for this model; retry after a short wait.' },
+  RATE_LIMITED: {
+    status: 429,
+    summary:
+      'The caller (API key, JWT subject or address) sent more requests than its rate limit; retry after Retry-After.',
+  },
+  TOO_MANY_CONNECTIONS: {
+    status: 503,
+    summary: 'The server holds as many client connections as --max-connections allows; retry, or reuse a connection.',
+  },
   SHUTTING_DOWN: { status: 503, summary: 'The server is stopping and takes no new requests.' },
   RUN_NOT_FOUND: { status: 404, summary: 'No training run with that id is in the runs directory.' },
   UNKNOWN_HYPERPARAMETER: { status: 400, summary: 'The run did not declare a hyperparameter of that name.' },

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
@@ -185,11 +186,13 @@ export class Gateway {
    * Validates a model folder and records it; then (for `load: eager`, the default) loads and warms
    * every version and resolves when each is ready or failed. `on_demand` models load on first use.
    */
-  async register(dir: string): Promise<ModelSummaryInfo> {
-    const { name, dir: abs, config } = this.record(dir);
-    await this.models.unload(name);
-    if (config.load === 'eager') await this.loadVersions(name, abs, config);
-    return this.modelInfo(name);
+  async register(dir: string, actor = 'local'): Promise<ModelSummaryInfo> {
+    return this.audited(actor, 'register_model', `dir:${resolve(dir)}`, async () => {
+      const { name, dir: abs, config } = this.record(dir);
+      await this.models.unload(name);
+      if (config.load === 'eager') await this.loadVersions(name, abs, config);
+      return this.modelInfo(name);
+    });
   }
 
   /**
@@ -215,19 +218,43 @@ export class Gateway {
   }
 
   /** Loads one version (the default when omitted) and resolves when it is ready: `load_model`. */
-  async loadModel(name: string, version?: string): Promise<ModelSummaryInfo> {
+  async loadModel(name: string, version?: string, actor = 'local'): Promise<ModelSummaryInfo> {
     const config = this.modelConfig(name);
     const v = this.checkVersion(config, version ?? defaultVersion(config));
-    await this.models.load(name, v, this.dirOf(name), config);
-    return this.modelInfo(name);
+    return this.audited(actor, 'load_model', `model:${name}@${v}`, async () => {
+      await this.models.load(name, v, this.dirOf(name), config);
+      return this.modelInfo(name);
+    });
   }
 
   /** Unloads one version, or all of a model's: `unload_model`. Running requests finish first. */
-  async unloadModel(name: string, version?: string): Promise<ModelSummaryInfo> {
+  async unloadModel(name: string, version?: string, actor = 'local'): Promise<ModelSummaryInfo> {
     const config = this.modelConfig(name);
     if (version !== undefined) this.checkVersion(config, version);
-    await this.models.unload(name, version, this.config.shutdownGraceMs);
-    return this.modelInfo(name);
+    return this.audited(
+      actor,
+      'unload_model',
+      `model:${name}${version !== undefined ? `@${version}` : ''}`,
+      async () => {
+        await this.models.unload(name, version, this.config.shutdownGraceMs);
+        return this.modelInfo(name);
+      },
+    );
+  }
+
+  /**
+   * Runs an admin action and writes it to the audit log once it has finished, with its outcome
+   * (`ok`, or the error code): the log says what was done, not only what was asked.
+   */
+  private async audited<T>(actor: string, action: string, target: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      const result = await fn();
+      this.audit.record({ actor, action, target, outcome: 'ok' });
+      return result;
+    } catch (err) {
+      this.audit.record({ actor, action, target, outcome: asTensorgateError(err).code });
+      throw err;
+    }
   }
 
   private async loadVersions(name: string, dir: string, config: ModelConfig): Promise<void> {

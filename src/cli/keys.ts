@@ -12,17 +12,22 @@ function audit(global: GlobalOptions): AuditLog {
 
 const actor = () => `cli:${process.env.USER ?? process.getuid?.() ?? 'unknown'}`;
 
-export function runKeysCreate(global: GlobalOptions, opts: { file: string; name: string; role: string[] }): void {
-  const { key, record } = new ApiKeyStore(opts.file).create(opts.name, opts.role);
+export function runKeysCreate(
+  global: GlobalOptions,
+  opts: { file: string; name: string; role: string[]; rateLimit?: number },
+): void {
+  const { key, record } = new ApiKeyStore(opts.file).create(opts.name, opts.role, opts.rateLimit);
   audit(global).record({
     actor: actor(),
     action: 'create_api_key',
     target: `key:${record.id}`,
     name: record.name,
     roles: record.roles,
+    ...(record.rate_limit !== undefined ? { rate_limit: record.rate_limit } : {}),
   });
+  const limit = record.rate_limit !== undefined ? `, ${record.rate_limit} requests/s` : '';
   process.stderr.write(
-    `created key ${record.id} (${record.name}, roles ${record.roles.join(', ')}); it is shown once:\n`,
+    `created key ${record.id} (${record.name}, roles ${record.roles.join(', ')}${limit}); it is shown once:\n`,
   );
   process.stdout.write(`${key}\n`);
 }
@@ -35,7 +40,9 @@ export function runKeysList(opts: { file: string; json?: boolean }): void {
   }
   if (keys.length === 0) process.stdout.write(`no API keys in ${opts.file}\n`);
   for (const k of keys)
-    process.stdout.write(`${k.id}  ${k.name}  roles: ${k.roles.join(', ')}  created ${k.created}\n`);
+    process.stdout.write(
+      `${k.id}  ${k.name}  roles: ${k.roles.join(', ')}${k.rate_limit !== undefined ? `  ${k.rate_limit} requests/s` : ''}  created ${k.created}\n`,
+    );
 }
 
 export function runKeysRevoke(global: GlobalOptions, id: string, opts: { file: string }): void {

@@ -25,6 +25,12 @@ function positive(value: string): number {
   return n;
 }
 
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('a positive integer');
+  return n;
+}
+
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
 }
@@ -75,6 +81,13 @@ program
     'how clients reach this server (behind a proxy or by name): MCP resource URL, Host check',
   )
   .option('--allowed-host <name>', 'a host name requests may address besides localhost (repeatable)', collect, [])
+  .option('--max-connections <n>', 'HTTP client connections served at once; more get 503', positiveInt, 4096)
+  .option('--rate-limit <rps>', 'requests per second per API key, JWT subject or address (default: none)', positive)
+  .option(
+    '--rate-burst <n>',
+    'requests a caller may send at once within its rate (default: the rate, at least 10)',
+    positiveInt,
+  )
   .addHelpText('after', '\nWith neither --stdio nor --http, serves HTTP on port 8765.')
   .action((opts) => runServe(program.opts(), opts));
 
@@ -89,6 +102,7 @@ keys
     collect,
     [],
   )
+  .option('--rate-limit <rps>', "requests per second for this key (overrides serve's --rate-limit)", positive)
   .option('--file <file>', 'the key file', DEFAULT_KEYS_FILE)
   .action((opts) => runKeysCreate(program.opts(), opts));
 keys

@@ -8,10 +8,12 @@ export async function runRegister(global: GlobalOptions, dir: string): Promise<v
   const gateway = openGateway(global, {}, progress.wrap(stderrLogger));
   const unwatch = watchLoading(gateway, progress);
   try {
-    const info = await gateway.register(dir).finally(() => {
-      unwatch();
-      progress.stop();
-    });
+    const info = await gateway
+      .register(dir, `cli:${process.env.USER ?? process.getuid?.() ?? 'unknown'}`)
+      .finally(() => {
+        unwatch();
+        progress.stop();
+      });
     for (const v of info.versions) {
       const detail = v.state === 'ready' ? `load ${v.load_ms} ms, warm-up ${v.warmup_ms} ms on ${v.device}` : v.error;
       process.stdout.write(`${info.name}@${v.version}: ${v.state} (${detail})\n`);

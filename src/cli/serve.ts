@@ -4,6 +4,7 @@ import { type HttpOptions, serveHttp } from '../http/server.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { serveGrpc } from '../oip/grpc.js';
 import { Authenticator, type AuthMode } from '../security/auth.js';
+import { RateLimiter } from '../security/rate-limit.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 import { watchLoading } from './load-progress.js';
 import { observeRequests } from './logs.js';
@@ -31,6 +32,9 @@ export interface ServeOptions {
   tlsMinVersion: SecureVersion;
   publicUrl?: string;
   allowedHost: string[];
+  maxConnections: number;
+  rateLimit?: number;
+  rateBurst?: number;
 }
 
 /**
@@ -58,6 +62,12 @@ function networkSecurity(opts: ServeOptions): HttpOptions {
       : {}),
     ...(opts.publicUrl ? { publicUrl: opts.publicUrl } : {}),
     allowedHosts: opts.allowedHost,
+    maxConnections: opts.maxConnections,
+    // Always present: a key's own rate_limit applies even when the server sets no default.
+    rateLimiter: new RateLimiter({
+      defaultRps: opts.rateLimit ?? 0,
+      ...(opts.rateBurst !== undefined ? { burst: opts.rateBurst } : {}),
+    }),
   };
 }
 

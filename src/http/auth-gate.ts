@@ -26,6 +26,11 @@ declare module 'node:http' {
 const PUBLIC_PATHS = new Set(['/healthz', '/v2/health/live', '/v2/health/ready']);
 const METADATA_PATH = '/.well-known/oauth-protected-resource';
 
+/** Liveness and readiness: open without credentials, and never rate-limited. */
+export function isPublicPath(req: IncomingMessage): boolean {
+  return PUBLIC_PATHS.has((req.url ?? '/').split('?')[0] as string);
+}
+
 export interface AuthGate {
   /** True when the request may go on (req.auth is set); otherwise it has been answered. */
   admit(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
@@ -54,8 +59,8 @@ export function createAuthGate(
 
   return {
     async admit(req, res) {
+      if (isPublicPath(req)) return true;
       const path = (req.url ?? '/').split('?')[0] as string;
-      if (PUBLIC_PATHS.has(path)) return true;
       if (metadataPaths.has(path.replace(/\/$/, ''))) {
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' }).end(metadata);
         return false;

@@ -1,15 +1,17 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { SecureVersion } from 'node:tls';
 import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
 import FindMyWay from 'find-my-way';
+import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import { createMcpHttpHandler } from '../mcp/http.js';
 import { registerOipRoutes } from '../oip/routes.js';
 import type { Authenticator } from '../security/auth.js';
-import { createAuthGate, mayReadMetrics } from './auth-gate.js';
+import type { RateLimiter } from '../security/rate-limit.js';
+import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 
 /**
@@ -35,6 +37,29 @@ export interface HttpOptions {
   publicUrl?: string;
   /** Host names besides localhost that requests may address (the Host and Origin checks). */
   allowedHosts?: string[];
+  /** Client connections served at once (default 4096); a request on one more gets 503. */
+  maxConnections?: number;
+  /** Per-caller request rates, checked once the caller is known; health routes are exempt. */
+  rateLimiter?: RateLimiter;
+}
+
+const DEFAULT_MAX_CONNECTIONS = 4096;
+/**
+ * Connections past the limit are still accepted so that they can be told why (a 503, not a
+ * reset), up to this many more; beyond that the kernel's backlog holds them. Bounds the
+ * descriptors a flood of silent connections can take.
+ */
+const REFUSAL_HEADROOM = 256;
+
+function refuse(res: ServerResponse, err: TensorgateError, headers: Record<string, string> = {}): void {
+  const body = JSON.stringify({ error: `${err.code}: ${err.message}` });
+  res
+    .writeHead(err.status, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      ...headers,
+    })
+    .end(body);
 }
 
 const LOCAL_HOSTS = ['localhost', '127.0.0.1', '[::1]'];
@@ -91,14 +116,50 @@ export async function serveHttp(
   const validateHost = hostHeaderValidation(hostnames);
   const validateOrigin = originValidation(hostnames);
   let gate: ReturnType<typeof createAuthGate> | undefined;
+  const maxConnections = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+  // Sockets that have been served, counted from their first request until they close.
+  const served = new Set<Socket>();
+  const admitConnection = (req: IncomingMessage, res: ServerResponse): boolean => {
+    const socket = req.socket;
+    if (served.has(socket)) return true;
+    if (served.size >= maxConnections) {
+      res.shouldKeepAlive = false;
+      refuse(
+        res,
+        tgError(
+          'TOO_MANY_CONNECTIONS',
+          `the server is serving ${served.size} connections, its --max-connections; retry shortly, or reuse a kept-alive connection`,
+          { max_connections: maxConnections },
+        ),
+        { 'retry-after': '1' },
+      );
+      return false;
+    }
+    served.add(socket);
+    socket.once('close', () => served.delete(socket));
+    return true;
+  };
+  const route = (req: IncomingMessage, res: ServerResponse) => {
+    if (opts.rateLimiter && !isPublicPath(req)) {
+      try {
+        opts.rateLimiter.take(req.auth, req.socket.remoteAddress ?? 'unknown');
+      } catch (err) {
+        const error = asTensorgateError(err);
+        refuse(res, error, { 'retry-after': String(error.data.retry_after_s ?? 1) });
+        return;
+      }
+    }
+    router.lookup(req, res);
+  };
   const listener = (req: IncomingMessage, res: ServerResponse) => {
+    if (!admitConnection(req, res)) return;
     if (!validateHost(req, res) || !validateOrigin(req, res)) return;
     if (!gate) {
-      router.lookup(req, res);
+      route(req, res);
       return;
     }
     gate.admit(req, res).then(
-      (admitted) => admitted && router.lookup(req, res),
+      (admitted) => admitted && route(req, res),
       (err: unknown) =>
         res
           .writeHead(500, { 'content-type': 'application/json' })
@@ -116,6 +177,7 @@ export async function serveHttp(
   // closes first can race a request that the client is just sending on that socket.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
+  server.maxConnections = maxConnections + REFUSAL_HEADROOM;
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -1,4 +1,4 @@
-import type { AuthInfo, CallToolResult } from '@modelcontextprotocol/server';
+import type { AuthInfo, CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { asTensorgateError } from '../errors.js';
 
 /** The one place TensorgateErrors become MCP tool results: `isError: true`, code and fix in the text. */
@@ -13,6 +13,17 @@ export function errorResult(err: unknown): CallToolResult {
 
 export function jsonResult(text: string, structured: Record<string, unknown>): CallToolResult {
   return { content: [{ type: 'text', text }], structuredContent: structured };
+}
+
+/**
+ * Who asked, for the audit log: the authenticated caller (`key:<id>`, `jwt:<sub>`) when there is
+ * one, as access denials name it; else the MCP client's name.
+ */
+export function actorOf(server: McpServer, ctx: unknown): string {
+  const caller = callerOf(ctx);
+  if (caller) return caller.clientId;
+  const client = server.server.getClientVersion();
+  return client ? `mcp:${client.name}` : 'mcp';
 }
 
 /** The authenticated caller of a tool call or resource read (HTTP with auth on); undefined when local. */

@@ -5,7 +5,7 @@ import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
-import { callerOf, errorResult, jsonResult } from './results.js';
+import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
 
 /** The tools an agent sees. Each is a thin mapping onto the Gateway; features live in the core. */
 
@@ -154,7 +154,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     async ({ model, version }, ctx) =>
       stateResult(model, () => {
         gateway.access.check(callerOf(ctx), 'modify', 'model', model);
-        return gateway.loadModel(model, version);
+        return gateway.loadModel(model, version, actorOf(server, ctx));
       }),
   );
 
@@ -173,7 +173,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     async ({ model, version }, ctx) =>
       stateResult(model, () => {
         gateway.access.check(callerOf(ctx), 'modify', 'model', model);
-        return gateway.unloadModel(model, version);
+        return gateway.unloadModel(model, version, actorOf(server, ctx));
       }),
   );
 

@@ -5,7 +5,7 @@ import type { AccessControl } from '../security/rbac.js';
 import type { MetricSummary } from '../training/metric-series.js';
 import type { ChangeAnswer, TrainingControl } from '../training/training-control.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
-import { callerOf, errorResult, jsonResult } from './results.js';
+import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
 
 /**
  * Tools that let an agent watch and steer training runs (tensorgate.train in the training loop).
@@ -25,16 +25,6 @@ const ChangeOut = z.object({
   checkpoint: z.boolean().optional(),
   note: z.string(),
 });
-
-type Extra = { http?: { authInfo?: { clientId?: string } } };
-
-/** Who asked, for the audit log: the authenticated client when there is one, else the MCP client's name. */
-function actorOf(server: McpServer, ctx: Extra): string {
-  const clientId = ctx.http?.authInfo?.clientId;
-  if (clientId) return `client:${clientId}`;
-  const client = server.server.getClientVersion();
-  return client ? `mcp:${client.name}` : 'mcp';
-}
 
 function fmt(value: unknown): string {
   if (typeof value !== 'number') return String(value);
@@ -156,7 +146,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
       try {
         return changeResult(
           training.setHyperparameters(run, values, {
-            actor: actorOf(server, ctx as Extra),
+            actor: actorOf(server, ctx),
             ...(apply_at_step !== undefined ? { applyAtStep: apply_at_step } : {}),
             ...(reason ? { reason } : {}),
           }),
@@ -193,7 +183,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
       try {
         return changeResult(
           training.control(run, command, {
-            actor: actorOf(server, ctx as Extra),
+            actor: actorOf(server, ctx),
             ...(checkpoint !== undefined ? { checkpoint } : {}),
             ...(reason ? { reason } : {}),
           }),

@@ -7,6 +7,7 @@ import type { AuthInfo } from '@modelcontextprotocol/server';
 import { asTensorgateError, type ErrorCode, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
+import type { RateLimiter } from '../security/rate-limit.js';
 import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
@@ -135,6 +136,8 @@ export interface GrpcOptions {
   authenticator?: Authenticator;
   /** TLS: certificate chain and key (PEM files). */
   tls?: { certFile: string; keyFile: string };
+  /** Per-caller request rates, as over HTTP; health calls are exempt. */
+  rateLimiter?: RateLimiter;
 }
 
 /** Liveness and readiness answer without credentials, as over HTTP. */
@@ -185,6 +188,8 @@ export async function serveGrpc(
       const method = call.getPath().split('/').pop() as string;
       (async () => {
         const caller = await authenticate(method, call as grpc.ServerUnaryCall<unknown, unknown>);
+        // The peer is `ipv4:ADDRESS:PORT`; callers without a credential are told apart by address.
+        if (!PUBLIC_METHODS.has(method)) opts.rateLimiter?.take(caller, call.getPeer().replace(/:\d+$/, ''));
         return fn(call.request, call, caller);
       })().then(
         (response) => callback(null, response),
@@ -211,14 +216,14 @@ export async function serveGrpc(
       return { ready: modelReady(gateway, req.name, req.version) };
     }),
     RepositoryIndex: unary((_req, _call, caller) => ({ models: repositoryIndex(gateway, caller) })),
-    RepositoryModelLoad: unary(async (req: { model_name: string }, _call, caller) => {
+    RepositoryModelLoad: unary(async (req: { model_name: string }, call, caller) => {
       gateway.access.check(caller, 'modify', 'model', req.model_name);
-      await gateway.loadModel(req.model_name);
+      await gateway.loadModel(req.model_name, undefined, caller?.clientId ?? `remote:${call.getPeer()}`);
       return {};
     }),
-    RepositoryModelUnload: unary(async (req: { model_name: string }, _call, caller) => {
+    RepositoryModelUnload: unary(async (req: { model_name: string }, call, caller) => {
       gateway.access.check(caller, 'modify', 'model', req.model_name);
-      await gateway.unloadModel(req.model_name);
+      await gateway.unloadModel(req.model_name, undefined, caller?.clientId ?? `remote:${call.getPeer()}`);
       return {};
     }),
     ModelInfer: unary(async (req: InferRequestMessage, call, caller) => {

@@ -235,8 +235,9 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     on('POST', `/v2/repository/models/:model/${action}`, async (req, res, { model }) => {
       allow(req, 'modify', 'model', model as string);
       await readBody(req, 64 * 1024);
-      if (action === 'load') await gateway.loadModel(model as string);
-      else await gateway.unloadModel(model as string);
+      const actor = req.auth?.clientId ?? `remote:${req.socket.remoteAddress}`;
+      if (action === 'load') await gateway.loadModel(model as string, undefined, actor);
+      else await gateway.unloadModel(model as string, undefined, actor);
       send(res, 200);
     });
   }

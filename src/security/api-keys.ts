@@ -17,6 +17,8 @@ const KeyRecordSchema = z.object({
   roles: z.array(z.string()).min(1),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
   created: z.string(),
+  /** Requests per second this key may send; overrides the server's --rate-limit. */
+  rate_limit: z.number().positive().optional(),
 });
 export type KeyRecord = z.infer<typeof KeyRecordSchema>;
 
@@ -71,7 +73,7 @@ export class ApiKeyStore {
   }
 
   /** Creates a key: returns the key itself (shown once) and its record (what is stored). */
-  create(name: string, roles: string[]): { key: string; record: KeyRecord } {
+  create(name: string, roles: string[], rateLimit?: number): { key: string; record: KeyRecord } {
     this.refresh();
     if (roles.length === 0) throw tgError('BAD_PARAMETER', 'a key needs at least one role (--role)');
     const id = randomBytes(6).toString('hex');
@@ -82,6 +84,7 @@ export class ApiKeyStore {
       roles,
       sha256: sha256(secret).toString('hex'),
       created: new Date().toISOString(),
+      ...(rateLimit !== undefined ? { rate_limit: rateLimit } : {}),
     };
     this.records.set(id, record);
     this.save();

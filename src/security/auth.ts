@@ -114,7 +114,11 @@ export class Authenticator implements OAuthTokenVerifier {
         clientId: `key:${record.id}`,
         scopes: record.roles,
         expiresAt: Math.floor(Date.now() / 1000) + API_KEY_HORIZON_S,
-        extra: { name: record.name, via: 'api-key' },
+        extra: {
+          name: record.name,
+          via: 'api-key',
+          ...(record.rate_limit !== undefined ? { rateLimit: record.rate_limit } : {}),
+        },
       };
     }
     if (!this.jwtKey)

@@ -220,6 +220,21 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
     assert.ok(denied.some((e) => e.target === 'server:metrics' && e.permission === 'read'));
   });
 
+  it("audits the admin's loads on every surface, and an unload, with the key and the outcome", async () => {
+    await clients.admin.callTool({ name: 'unload_model', arguments: { model: 'row_sum' } });
+    const adminId = `key:${keys.admin.split('_')[1]}`;
+    const done = readFileSync(join(served.work, 'audit.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((e) => e.action === 'load_model' || e.action === 'unload_model');
+    // MCP load_model, OIP REST load and gRPC RepositoryModelLoad: one entry each, by the admin.
+    const loads = done.filter((e) => e.action === 'load_model');
+    assert.equal(loads.length, 3, JSON.stringify(loads));
+    for (const e of loads) assert.deepEqual([e.actor, e.target, e.outcome], [adminId, 'model:adder@1', 'ok']);
+    assert.ok(done.some((e) => e.action === 'unload_model' && e.target === 'model:row_sum' && e.actor === adminId));
+  });
+
   it('answers a denied name the same whether or not it exists', async () => {
     const ask = async (model: string) =>
       (
