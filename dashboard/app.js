@@ -421,14 +421,60 @@ function connect() {
   events.addEventListener('error', () => {
     setStatus('down', 'disconnected, retrying');
     // The browser retries a dropped connection by itself but gives up after an HTTP error (a
-    // proxy's 502 while the server restarts, say): start a new stream then.
-    if (events.readyState === EventSource.CLOSED) setTimeout(connect, RETRY_MS);
+    // proxy's 502 while the server restarts, or a 401 once a session or its key is gone): look
+    // again then, which asks for a login where one is needed.
+    if (events.readyState === EventSource.CLOSED) setTimeout(start, RETRY_MS);
   });
 }
+
+// ---- login (servers with auth on) ------------------------------------------------------------
+
+const loginForm = document.getElementById('login');
+
+function showLogin(message = '') {
+  document.getElementById('main').hidden = true;
+  loginForm.hidden = false;
+  set(document.getElementById('login-error'), message);
+  setStatus('down', 'sign in to watch');
+  document.getElementById('login-token').focus();
+}
+
+/** Asks for one snapshot first: a 401 or 403 means a login is needed; anything else, stream. */
+async function start() {
+  const probe = await fetch(`/dashboard/api/snapshot?window=${windowS}`).catch(() => null);
+  if (probe?.status === 401) return showLogin();
+  if (probe?.status === 403) return showLogin("This credential's roles may not read the server's metrics.");
+  loginForm.hidden = true;
+  document.getElementById('main').hidden = false;
+  connect();
+}
+
+loginForm.addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const input = document.getElementById('login-token');
+  const res = await fetch('/dashboard/login', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ token: input.value }),
+  }).catch(() => null);
+  if (res?.status === 204) {
+    input.value = '';
+    document.getElementById('logout').hidden = false;
+    start();
+    return;
+  }
+  const body = res ? await res.json().catch(() => ({})) : { error: 'the server did not answer' };
+  set(document.getElementById('login-error'), body.error ?? `HTTP ${res?.status}`);
+});
+
+document.getElementById('logout').addEventListener('click', async () => {
+  await fetch('/dashboard/logout', { method: 'POST' }).catch(() => null);
+  location.reload();
+});
 
 let resizeTimer;
 window.addEventListener('resize', () => {
   clearTimeout(resizeTimer);
   resizeTimer = setTimeout(resizeCharts, 150);
 });
-connect();
+start();

@@ -7,6 +7,7 @@ import {
 } from '@modelcontextprotocol/server';
 import type { Gateway } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
+import type { DashboardSessions } from './dashboard-sessions.js';
 
 declare module 'node:http' {
   interface IncomingMessage {
@@ -28,7 +29,21 @@ const METADATA_PATH = '/.well-known/oauth-protected-resource';
 
 /** Liveness and readiness: open without credentials, and never rate-limited. */
 export function isPublicPath(req: IncomingMessage): boolean {
-  return PUBLIC_PATHS.has((req.url ?? '/').split('?')[0] as string);
+  return PUBLIC_PATHS.has(pathOf(req));
+}
+
+function pathOf(req: IncomingMessage): string {
+  return (req.url ?? '/').split('?')[0] as string;
+}
+
+/**
+ * The dashboard's page, its static files, login and logout: they hold no data, and a browser
+ * must reach them before it has a session. The data comes from /dashboard/api/*, which is guarded.
+ */
+function isDashboardShell(req: IncomingMessage): boolean {
+  const path = pathOf(req).replace(/\/$/, '');
+  if (req.method === 'POST') return path === '/dashboard/login' || path === '/dashboard/logout';
+  return req.method === 'GET' && (path === '/dashboard' || path.startsWith('/dashboard/assets/'));
 }
 
 export interface AuthGate {
@@ -47,6 +62,7 @@ export function createAuthGate(
   auth: Authenticator,
   resourceUrl: URL,
   onFailure: (failure: AuthFailure) => void = () => {},
+  sessions?: DashboardSessions,
 ): AuthGate {
   const metadataUrl = getOAuthProtectedResourceMetadataUrl(resourceUrl);
   const metadataPaths = new Set([METADATA_PATH, new URL(metadataUrl).pathname]);
@@ -59,14 +75,20 @@ export function createAuthGate(
 
   return {
     async admit(req, res) {
-      if (isPublicPath(req)) return true;
-      const path = (req.url ?? '/').split('?')[0] as string;
+      if (isPublicPath(req) || isDashboardShell(req)) return true;
+      const path = pathOf(req);
       if (metadataPaths.has(path.replace(/\/$/, ''))) {
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' }).end(metadata);
         return false;
       }
       try {
-        req.auth = await verifyBearerToken(req.headers.authorization, {
+        let header = req.headers.authorization;
+        // A dashboard session stands in for the header on the dashboard's read-only API only.
+        if (header === undefined && sessions && req.method === 'GET' && path.startsWith('/dashboard/api/')) {
+          const token = sessions.tokenOf(req);
+          if (token !== undefined) header = `Bearer ${token}`;
+        }
+        req.auth = await verifyBearerToken(header, {
           verifier: auth,
           resourceMetadataUrl: metadataUrl,
         });

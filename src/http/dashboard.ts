@@ -2,11 +2,14 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AuthInfo } from '@modelcontextprotocol/server';
 import type FindMyWay from 'find-my-way';
 import type { HTTPVersion } from 'find-my-way';
 import type { Gateway } from '../gateway.js';
 import { serverSnapshot } from '../metrics/snapshot.js';
+import type { Authenticator } from '../security/auth.js';
 import { mayReadMetrics } from './auth-gate.js';
+import { type DashboardSessions, sessionCookie } from './dashboard-sessions.js';
 
 /**
  * The live view. GET /dashboard is a static page (dashboard/ at the repository root: HTML, one
@@ -71,8 +74,84 @@ function windowMs(req: IncomingMessage): number {
   return (Number.isFinite(s) && s >= 1 ? Math.min(s, MAX_WINDOW_S) : DEFAULT_WINDOW_S) * 1000;
 }
 
+/** What /dashboard/login needs when auth is on. */
+export interface DashboardLogin {
+  authenticator: Authenticator;
+  sessions: DashboardSessions;
+  /** Served over HTTPS: the cookie gets `Secure`. */
+  secure: boolean;
+  /** A refused credential, for the audit log. */
+  onFailure: (reason: string, remote: string) => void;
+}
+
+const LOGIN_BODY_LIMIT = 16 * 1024;
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers });
+  res.end(JSON.stringify(body));
+}
+
+async function readLoginToken(req: IncomingMessage): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > LOGIN_BODY_LIMIT) return undefined;
+    chunks.push(chunk);
+  }
+  try {
+    const token = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { token?: unknown }).token;
+    return typeof token === 'string' ? token.trim() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * POST /dashboard/login {"token": KEY_OR_JWT}: verifies the credential as the bearer check does,
+ * requires that it may read the server's metrics (all the dashboard shows), and opens a session
+ * (dashboard-sessions.ts). POST /dashboard/logout ends it.
+ */
+function registerLogin(router: Router, gateway: Gateway, login: DashboardLogin | undefined): void {
+  router.on('POST', '/dashboard/login', async (req, res) => {
+    if (!login) {
+      sendJson(res, 400, { error: 'INVALID_REQUEST: auth is off on this server; the dashboard needs no login' });
+      return;
+    }
+    const token = await readLoginToken(req);
+    if (!token) {
+      sendJson(res, 400, { error: 'INVALID_REQUEST: send {"token": "<API key or JWT>"} as JSON (at most 16 KiB)' });
+      return;
+    }
+    let caller: AuthInfo;
+    try {
+      caller = await login.authenticator.verifyAccessToken(token);
+    } catch (err) {
+      login.onFailure((err as Error).message, req.socket.remoteAddress ?? 'unknown');
+      sendJson(res, 401, { error: `UNAUTHENTICATED: ${(err as Error).message}` });
+      return;
+    }
+    try {
+      gateway.access.check(caller, 'read', 'server', 'metrics');
+    } catch (err) {
+      sendJson(res, 403, { error: `FORBIDDEN: ${(err as Error).message}` });
+      return;
+    }
+    const { id, maxAgeS } = login.sessions.open(token, caller.expiresAt);
+    res.writeHead(204, { 'set-cookie': sessionCookie(id, maxAgeS, login.secure), 'cache-control': 'no-store' }).end();
+  });
+
+  router.on('POST', '/dashboard/logout', (req, res) => {
+    login?.sessions.close(req);
+    res
+      .writeHead(204, { 'set-cookie': sessionCookie('', 0, login?.secure ?? false), 'cache-control': 'no-store' })
+      .end();
+  });
+}
+
 /** Registers the dashboard routes; the returned function ends every open event stream. */
-export function registerDashboardRoutes(router: Router, gateway: Gateway): () => void {
+export function registerDashboardRoutes(router: Router, gateway: Gateway, login?: DashboardLogin): () => void {
+  registerLogin(router, gateway, login);
   const streams = new Set<ServerResponse>();
   const page = staticFile(new URL('index.html', PAGE_DIR), 'text/html; charset=utf-8');
   const assets = new Map(Object.entries(ASSETS).map(([name, a]) => [name, staticFile(a.file, a.type)]));
@@ -103,8 +182,18 @@ export function registerDashboardRoutes(router: Router, gateway: Gateway): () =>
       connection: 'keep-alive',
     });
     const send = () => res.write(`event: snapshot\ndata: ${JSON.stringify(serverSnapshot(gateway, window))}\n\n`);
+    // The credential was checked when the stream opened; check it again before each snapshot so
+    // that a revoked key or an expired JWT ends a stream that would otherwise run for days.
+    const credential = req.auth?.token;
+    const tick = () => {
+      if (!login || credential === undefined) return send();
+      login.authenticator.verifyAccessToken(credential).then(
+        () => send(),
+        () => res.end(),
+      );
+    };
     send();
-    const timer = setInterval(send, TICK_MS);
+    const timer = setInterval(tick, TICK_MS);
     streams.add(res);
     const stop = () => {
       clearInterval(timer);

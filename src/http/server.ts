@@ -13,6 +13,7 @@ import type { Authenticator } from '../security/auth.js';
 import type { RateLimiter } from '../security/rate-limit.js';
 import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
+import { DashboardSessions } from './dashboard-sessions.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
@@ -110,7 +111,21 @@ export async function serveHttp(
     );
   });
   const closeOip = registerOipRoutes(router, gateway);
-  const closeDashboard = registerDashboardRoutes(router, gateway);
+  const sessions = authenticator ? new DashboardSessions() : undefined;
+  const auditAuthFailure = (path: string, reason: string, remote: string) =>
+    gateway.audit.record({ actor: `remote:${remote}`, action: 'auth_failed', target: `http:${path}`, reason });
+  const closeDashboard = registerDashboardRoutes(
+    router,
+    gateway,
+    authenticator && sessions
+      ? {
+          authenticator,
+          sessions,
+          secure: Boolean(opts.tls),
+          onFailure: (reason, remote) => auditAuthFailure('/dashboard/login', reason, remote),
+        }
+      : undefined,
+  );
 
   const hostnames = allowedHostnames(host, opts);
   const validateHost = hostHeaderValidation(hostnames);
@@ -189,8 +204,11 @@ export async function serveHttp(
     opts.publicUrl?.replace(/\/$/, '') ?? `${scheme}://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
   if (authenticator) {
     authenticator.audience ||= `${base}/mcp`;
-    gate = createAuthGate(authenticator, new URL(`${base}/mcp`), ({ path, reason, remote }) =>
-      gateway.audit.record({ actor: `remote:${remote}`, action: 'auth_failed', target: `http:${path}`, reason }),
+    gate = createAuthGate(
+      authenticator,
+      new URL(`${base}/mcp`),
+      ({ path, reason, remote }) => auditAuthFailure(path, reason, remote),
+      sessions,
     );
   }
   return {

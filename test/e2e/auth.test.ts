@@ -85,8 +85,15 @@ describe('authentication on HTTP, MCP and gRPC', { timeout: 240_000 }, () => {
     assert.ok(!audit.includes(key), 'the audit log never holds the key');
   });
 
-  it('refuses every route but health without a credential, with an RFC 9728 challenge', async () => {
-    for (const path of ['/v2/models/adder', '/metrics', '/dashboard', '/v2', '/mcp']) {
+  it('refuses every route but health and the dashboard shell without a credential, with an RFC 9728 challenge', async () => {
+    for (const path of [
+      '/v2/models/adder',
+      '/metrics',
+      '/dashboard/api/snapshot',
+      '/dashboard/api/events',
+      '/v2',
+      '/mcp',
+    ]) {
       const res = await get(`${served.base}${path}`);
       assert.equal(res.status, 401, path);
       const challenge = res.headers.get('www-authenticate') ?? '';
@@ -98,6 +105,9 @@ describe('authentication on HTTP, MCP and gRPC', { timeout: 240_000 }, () => {
       assert.equal(((await res.json()) as { code: string }).code, 'UNAUTHENTICATED');
     }
     for (const path of ['/healthz', '/v2/health/live']) assert.equal((await get(`${served.base}${path}`)).status, 200);
+    // The dashboard's page and files hold no data: a browser needs them to sign in.
+    for (const path of ['/dashboard', '/dashboard/assets/app.js'])
+      assert.equal((await get(`${served.base}${path}`)).status, 200, path);
     const metadata = (await (await get(`${served.base}/.well-known/oauth-protected-resource/mcp`)).json()) as Record<
       string,
       unknown

@@ -1,10 +1,14 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { type Connected, connect } from '../helpers/mcp.js';
 import { ROOT } from '../helpers/models.js';
+import { type Served, serveOne } from '../helpers/serve.js';
 
 /**
  * /dashboard in real headless Chromium (Debian's, driven by playwright-core) against the real
@@ -144,5 +148,112 @@ describe('dashboard', () => {
     server = undefined;
     await page.waitForSelector('#status[data-state="down"]', { timeout: 10_000 });
     assert.match((await page.locator('#status-text').textContent()) ?? '', /disconnected/);
+  });
+});
+
+describe('dashboard login, with auth on', { timeout: 180_000 }, () => {
+  const run = promisify(execFile);
+  let served: Served;
+  let keysFile: string;
+  const keys: Record<'monitor' | 'inference', string> = { monitor: '', inference: '' };
+
+  before(async () => {
+    const work = mkdtempSync(join(tmpdir(), 'tg-dash-auth-'));
+    keysFile = join(work, 'keys.json');
+    for (const role of ['monitor', 'inference'] as const) {
+      const { stdout } = await run(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          join(ROOT, 'src/cli/main.ts'),
+          '--audit-log',
+          join(work, 'a.jsonl'),
+          'keys',
+          'create',
+        ].concat(['--name', role, '--role', role, '--file', keysFile]),
+        { cwd: ROOT },
+      );
+      keys[role] = stdout.trim();
+    }
+    served = await serveOne('adder', { serveArgs: ['--auth', 'on', '--api-keys', keysFile] });
+  });
+
+  after(async () => {
+    await served?.stop();
+  });
+
+  it('asks for a credential, refuses a wrong or too weak one, and shows the models after a good one', async () => {
+    const context = await browser.newContext();
+    const login = await context.newPage();
+    await login.goto(`${served.base}/dashboard`);
+    await login.waitForSelector('#login:not([hidden])');
+    assert.equal(await login.locator('#main').isHidden(), true, 'no data is shown before login');
+
+    const signIn = async (token: string) => {
+      await login.fill('#login-token', token);
+      await login.click('#login button[type="submit"]');
+    };
+    await signIn('tgk_000000000000_not-a-real-secret-not-a-real-secret-not-a-re');
+    await login.waitForFunction(() =>
+      /UNAUTHENTICATED/.test(document.querySelector('#login-error')?.textContent ?? ''),
+    );
+    await signIn(keys.inference);
+    await login.waitForFunction(() => /FORBIDDEN/.test(document.querySelector('#login-error')?.textContent ?? ''));
+
+    await signIn(keys.monitor);
+    await login.waitForSelector('#status[data-state="live"]');
+    await login.waitForSelector('article[data-model="adder"]');
+    assert.equal(await login.locator('#login').isHidden(), true);
+
+    const [cookie] = await context.cookies();
+    assert.equal(cookie?.name, 'tg_session');
+    assert.equal(cookie?.httpOnly, true, 'scripts cannot read the session');
+    assert.equal(cookie?.sameSite, 'Strict');
+    assert.equal(cookie?.path, '/dashboard');
+    assert.ok(!cookie?.value.includes(keys.monitor.split('_')[2] as string), 'the cookie is not the key');
+
+    // The session opens the dashboard's API and nothing else.
+    const withCookie = { headers: { cookie: `tg_session=${cookie?.value}` } };
+    assert.equal((await fetch(`${served.base}/dashboard/api/snapshot`, withCookie)).status, 200);
+    assert.equal((await fetch(`${served.base}/metrics`, withCookie)).status, 401);
+    assert.equal((await fetch(`${served.base}/v2/models/adder`, withCookie)).status, 401);
+
+    // Revoking the key ends its sessions at once; the page asks for a login again.
+    const id = keys.monitor.split('_')[1] as string;
+    await run(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'src/cli/main.ts'), 'keys', 'revoke', id, '--file', keysFile],
+      {
+        cwd: ROOT,
+      },
+    );
+    assert.equal((await fetch(`${served.base}/dashboard/api/snapshot`, withCookie)).status, 401);
+    await login.waitForSelector('#login:not([hidden])', { timeout: 15_000 });
+    await context.close();
+  });
+
+  it('ends a session on sign-out', async () => {
+    const { stdout } = await run(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'src/cli/main.ts'), 'keys', 'create', '--name', 'm2', '--role', 'monitor'].concat([
+        '--file',
+        keysFile,
+      ]),
+      { cwd: ROOT },
+    );
+    const res = await fetch(`${served.base}/dashboard/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ token: stdout.trim() }),
+    });
+    assert.equal(res.status, 204);
+    const session = /tg_session=([\w-]+)/.exec(res.headers.get('set-cookie') ?? '')?.[1];
+    const withCookie = { headers: { cookie: `tg_session=${session}` } };
+    assert.equal((await fetch(`${served.base}/dashboard/api/snapshot`, withCookie)).status, 200);
+    const out = await fetch(`${served.base}/dashboard/logout`, { method: 'POST', ...withCookie });
+    assert.equal(out.status, 204);
+    assert.match(out.headers.get('set-cookie') ?? '', /Max-Age=0/);
+    assert.equal((await fetch(`${served.base}/dashboard/api/snapshot`, withCookie)).status, 401);
   });
 });
