@@ -1,3 +1,4 @@
+import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { tgError } from '../errors.js';
 import { DTYPES } from '../tensor/dtype.js';
@@ -22,7 +23,14 @@ export type ModelFormat = (typeof MODEL_FORMATS)[number];
 export const VersionConfigSchema = z
   .object({
     format: z.enum(MODEL_FORMATS),
-    file: z.string().min(1),
+    // A path inside the version folder: a config must not point the worker at files elsewhere
+    // (another model's weights, or any file it can read) by `..` or an absolute path.
+    file: z
+      .string()
+      .min(1)
+      .refine((f) => !isAbsolute(f) && !f.split(/[\\/]/).includes('..'), {
+        message: 'file is a path inside the version folder, without ".." or a leading "/"',
+      }),
     entry: z
       .string()
       .regex(/^[A-Za-z_][\w.]*:[A-Za-z_]\w*$/, 'entry is "module:factory", e.g. "model:build"')

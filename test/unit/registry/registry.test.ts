@@ -38,6 +38,18 @@ test('an invalid config lists every problem in one INVALID_CONFIG error', () => 
       return true;
     },
   );
+  for (const file of ['../other/model.pt', '/etc/passwd', 'sub/../../model.pt', '..\\model.pt'])
+    assert.throws(
+      () => parseModelConfig({ ...raw, versions: { '1': { format: 'torchscript', file } } }, 'cfg.json'),
+      /versions\.1\.file.*inside the version folder/,
+      file,
+    );
+  assert.equal(
+    parseModelConfig({ ...raw, versions: { '1': { format: 'torchscript', file: 'weights/model.pt' } } }, 'c').versions[
+      '1'
+    ]?.file,
+    'weights/model.pt',
+  );
   // Cross-field checks run once each field is valid on its own.
   assert.throws(() => parseModelConfig({ ...raw, default_version: '7' }, 'cfg.json'), /default_version "7"/);
   assert.throws(
