@@ -51,8 +51,10 @@ describe('per-key rate limits', { timeout: 180_000 }, () => {
       ]);
     slow = await create('slow', ['--rate-limit', '1']);
     fast = await create('fast', []);
+    // The server-wide limit is far above what one sequential client can send (a fast host sends
+    // several requests per millisecond); the burst of 3 applies to both, the slow key's 1/s is its own.
     served = await serveOne('adder', {
-      serveArgs: ['--auth', 'on', '--api-keys', keysFile, '--rate-limit', '1000', '--rate-burst', '3', '--grpc', '0'],
+      serveArgs: ['--auth', 'on', '--api-keys', keysFile, '--rate-limit', '100000', '--rate-burst', '3', '--grpc', '0'],
     });
     await served.waitForRecord((r) => r.msg.startsWith('ready:'), 'the models loaded');
     grpcAddress = /OIP v2 gRPC at ([\d.]+:\d+)/.exec(served.stderr())?.[1] as string;
