@@ -89,6 +89,16 @@ export const ERROR_CODES = {
     status: 403,
     summary: "The caller's roles do not allow this on that object (whether or not it exists).",
   },
+  WORKFLOW_NOT_FOUND: { status: 404, summary: 'No workflow with that name is registered.' },
+  INVALID_WORKFLOW: {
+    status: 400,
+    summary:
+      'A workflow definition is malformed, cyclic, or names a model, tensor, stage or condition that does not fit.',
+  },
+  WORKFLOW_CONDITION_FAILED: {
+    status: 422,
+    summary: "A workflow branch condition could not be decided on this request's tensors.",
+  },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -20,14 +20,15 @@ import { readModelDir, scanRepository } from './registry/repository.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
+import { type OutputResult, presentOutput } from './requests/present-output.js';
 import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
 import { AccessControl } from './security/rbac.js';
 import type { TensorSource } from './tensor/source.js';
 import { TensorStore } from './tensor/store.js';
-import { describeSummary, summarizeTensor, type TensorSummary } from './tensor/summary.js';
 import { numel } from './tensor/tensor.js';
 import { TrainingControl } from './training/training-control.js';
+import { WorkflowCatalogue, type WorkflowInfo, workflowFile } from './workflows/catalogue.js';
 
 /**
  * The core every adapter (MCP, CLI, later HTTP/OIP v2) talks to: the registry, the running model
@@ -35,7 +36,7 @@ import { TrainingControl } from './training/training-control.js';
  * time of every stage measured.
  */
 
-export type { Logger };
+export type { Logger, OutputResult };
 
 export interface StageTimings {
   decode_ms: number;
@@ -44,15 +45,6 @@ export interface StageTimings {
   compute_ms: number;
   encode_ms: number;
   total_ms: number;
-}
-
-export interface OutputResult {
-  name: string;
-  dtype: string;
-  shape: number[];
-  uri: string;
-  summary: TensorSummary;
-  text: string;
 }
 
 export interface InferenceResult {
@@ -137,6 +129,8 @@ export class Gateway {
   readonly training: TrainingControl;
   /** Who may do what (RBAC); every adapter asks it before acting for an authenticated caller. */
   readonly access: AccessControl;
+  /** Registered workflows, compiled against the registered models. */
+  readonly workflows: WorkflowCatalogue;
   private readonly models: ModelManager;
   private readonly configs = new Map<string, ModelConfig>();
   private readonly dirs = new Map<string, string>();
@@ -158,6 +152,21 @@ export class Gateway {
     this.access = AccessControl.fromFile(config.rolesFile);
     this.access.onDenied = ({ caller, permission, kind, name }) =>
       this.audit.record({ actor: caller, action: 'access_denied', target: `${kind}:${name}`, permission });
+    this.workflows = new WorkflowCatalogue(
+      this.registry,
+      (name) => {
+        if (!this.registry.has(name)) return undefined;
+        const config = this.modelConfig(name);
+        return {
+          inputs: config.inputs,
+          outputs: config.outputs,
+          models: [name],
+          workflows: [],
+          versions: Object.keys(config.versions),
+        };
+      },
+      (message, fields) => log(message, { level: 'error', ...fields }),
+    );
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.models = new ModelManager({
       engines: new Map<string, Engine>([['torch', new TorchEngine({ onLog: log })]]),
@@ -189,10 +198,22 @@ export class Gateway {
   async register(dir: string, actor = 'local'): Promise<ModelSummaryInfo> {
     return this.audited(actor, 'register_model', `dir:${resolve(dir)}`, async () => {
       const { name, dir: abs, config } = this.record(dir);
+      // Workflows calling this model are checked again against its new specs.
+      this.workflows.refresh();
       await this.models.unload(name);
       if (config.load === 'eager') await this.loadVersions(name, abs, config);
       return this.modelInfo(name);
     });
+  }
+
+  /** Registers a workflow folder (workflow.json or .yaml); refused with INVALID_WORKFLOW unless it compiles. */
+  async registerWorkflow(dir: string, actor = 'local'): Promise<WorkflowInfo> {
+    return this.audited(actor, 'register_workflow', `dir:${resolve(dir)}`, async () => this.workflows.register(dir));
+  }
+
+  /** Whether a folder holds a workflow rather than a model. */
+  static isWorkflowDir(dir: string): boolean {
+    return workflowFile(resolve(dir)) !== undefined;
   }
 
   /**
@@ -210,6 +231,8 @@ export class Gateway {
         this.log(`could not register ${dir}: ${(err as Error).message}`, { level: 'error', dir });
       }
     }
+    // Compiled against the models' declared specs: they need not be loaded yet.
+    this.workflows.loadAll(this.config.modelsDir);
     await Promise.all(
       recorded
         .filter(({ config }) => config.load === 'eager')
@@ -331,19 +354,12 @@ export class Gateway {
       decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store }),
     );
     const encodeStart = performance.now();
-    const outputs = run.outputs.map(({ name, tensor }) => {
-      const spec = run.config.outputs.find((o) => o.name === name);
-      const summary = summarizeTensor(tensor, { labels: spec?.labels, topK: run.topK });
-      const stored = this.store.put(tensor, `${run.config.name}@${run.version}:${name}`);
-      return {
-        name,
-        dtype: tensor.dtype,
-        shape: tensor.shape,
-        uri: stored.uri,
-        summary,
-        text: describeSummary(name, summary),
-      };
-    });
+    const outputs = run.outputs.map(({ name, tensor }) =>
+      presentOutput(this.store, name, tensor, `${run.config.name}@${run.version}:${name}`, {
+        labels: run.config.outputs.find((o) => o.name === name)?.labels,
+        topK: run.topK,
+      }),
+    );
     return {
       request_id: run.request_id,
       model: run.model,

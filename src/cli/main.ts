@@ -120,8 +120,10 @@ keys
 
 program
   .command('register')
-  .description('validate a model folder, load it in a worker, warm it up and record it in the registry')
-  .argument('<dir>', 'model folder holding config.json and version folders')
+  .description(
+    'validate a model folder, load it in a worker, warm it up and record it in the registry; or check a workflow folder against the registered models and record it',
+  )
+  .argument('<dir>', 'model folder (config.json and version folders) or workflow folder (workflow.json or .yaml)')
   .action((dir: string) => runRegister(program.opts(), dir));
 
 for (const [command, tool, what] of [

@@ -1,9 +1,11 @@
 import { basename, resolve } from 'node:path';
+import { Gateway } from '../gateway.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 import { watchLoading } from './load-progress.js';
 import { Progress } from './progress.js';
 
 export async function runRegister(global: GlobalOptions, dir: string): Promise<void> {
+  if (Gateway.isWorkflowDir(dir)) return registerWorkflow(global, dir);
   const progress = new Progress({ label: `registering ${basename(resolve(dir))}` });
   const gateway = openGateway(global, {}, progress.wrap(stderrLogger));
   const unwatch = watchLoading(gateway, progress);
@@ -19,6 +21,19 @@ export async function runRegister(global: GlobalOptions, dir: string): Promise<v
       process.stdout.write(`${info.name}@${v.version}: ${v.state} (${detail})\n`);
     }
     if (info.versions.some((v) => v.state !== 'ready')) process.exitCode = 1;
+  } finally {
+    await gateway.close();
+  }
+}
+
+/** A workflow folder: compiled against the registered models and workflows, then recorded. */
+async function registerWorkflow(global: GlobalOptions, dir: string): Promise<void> {
+  const gateway = openGateway(global, {}, stderrLogger);
+  try {
+    const info = await gateway.registerWorkflow(dir, `cli:${process.env.USER ?? process.getuid?.() ?? 'unknown'}`);
+    process.stdout.write(
+      `workflow ${info.name}: ${info.state} (${info.stages.length} stages; models ${info.models.join(', ')})\n`,
+    );
   } finally {
     await gateway.close();
   }

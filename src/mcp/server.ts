@@ -5,6 +5,7 @@ import { registerMonitorTools } from './monitor-tools.js';
 import { registerResources } from './resources.js';
 import { registerTools } from './tools.js';
 import { registerTrainingTools } from './training-tools.js';
+import { registerWorkflowTools } from './workflow-tools.js';
 
 /** Builds the MCP server over a Gateway. Cheap: HTTP builds one per request, stdio one per process. */
 export function createMcpServer(gateway: Gateway): McpServer {
@@ -12,11 +13,12 @@ export function createMcpServer(gateway: Gateway): McpServer {
     { name: 'tensorgate', version: VERSION },
     {
       instructions:
-        'tensorgate serves PyTorch models. Call list_models, then describe_model to learn input names, dtypes and shapes, then infer. get_metrics shows latency, traffic and errors per model; explain_latency says where the time of a model (or of one request) goes and what to change. Outputs come back as summaries plus tensor:// handles you can pass as later inputs. Training runs attached with tensorgate.train: list_runs, get_run, then set_hyperparameters or control_run.',
+        'tensorgate serves PyTorch models. Call list_models, then describe_model to learn input names, dtypes and shapes, then infer. get_metrics shows latency, traffic and errors per model; explain_latency says where the time of a model (or of one request) goes and what to change. Outputs come back as summaries plus tensor:// handles you can pass as later inputs. list_workflows and run_workflow run a whole graph of models server-side in one call. Training runs attached with tensorgate.train: list_runs, get_run, then set_hyperparameters or control_run.',
     },
   );
   registerTools(server, gateway);
   registerResources(server, gateway);
+  registerWorkflowTools(server, gateway);
   registerMonitorTools(server, gateway);
   registerTrainingTools(server, gateway.training, gateway.access);
   return server;

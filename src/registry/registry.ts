@@ -46,7 +46,21 @@ CREATE TABLE IF NOT EXISTS versions (
   updated_at TEXT NOT NULL,
   PRIMARY KEY (model, version)
 );
+CREATE TABLE IF NOT EXISTS workflows (
+  name TEXT PRIMARY KEY,
+  dir TEXT NOT NULL,
+  definition TEXT NOT NULL,
+  registered_at TEXT NOT NULL
+);
 `;
+
+/** A registered workflow: its folder and the definition it was registered with. */
+export interface WorkflowRecord {
+  name: string;
+  dir: string;
+  definition: unknown;
+  registeredAt: string;
+}
 
 interface ModelRow {
   name: string;
@@ -141,6 +155,35 @@ export class Registry {
   list(): ModelRecord[] {
     const rows = this.db.prepare('SELECT * FROM models ORDER BY name').all() as ModelRow[];
     return rows.map((r) => this.toRecord(r));
+  }
+
+  /** Records a workflow; re-registering replaces its definition. */
+  upsertWorkflow(name: string, dir: string, definition: unknown): void {
+    this.db
+      .prepare(
+        `INSERT INTO workflows (name, dir, definition, registered_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT(name) DO UPDATE SET dir = excluded.dir, definition = excluded.definition`,
+      )
+      .run(name, dir, JSON.stringify(definition), new Date().toISOString());
+  }
+
+  removeWorkflow(name: string): boolean {
+    return this.db.prepare('DELETE FROM workflows WHERE name = ?').run(name).changes > 0;
+  }
+
+  listWorkflows(): WorkflowRecord[] {
+    const rows = this.db.prepare('SELECT * FROM workflows ORDER BY name').all() as {
+      name: string;
+      dir: string;
+      definition: string;
+      registered_at: string;
+    }[];
+    return rows.map((r) => ({
+      name: r.name,
+      dir: r.dir,
+      definition: JSON.parse(r.definition) as unknown,
+      registeredAt: r.registered_at,
+    }));
   }
 
   close(): void {

@@ -57,8 +57,17 @@ export function versionFile(modelDir: string, version: string, file: string): st
 export function scanRepository(root: string): string[] {
   const abs = resolve(root);
   if (!existsSync(abs) || !statSync(abs).isDirectory()) return [];
+  return subfolders(abs).filter((dir) => existsSync(join(dir, CONFIG_FILE)));
+}
+
+/** The folders directly under `abs`, symbolic links to folders included (a repository of links is common). */
+export function subfolders(abs: string): string[] {
   return readdirSync(abs, { withFileTypes: true })
-    .filter((e) => e.isDirectory() && existsSync(join(abs, e.name, CONFIG_FILE)))
+    .filter(
+      (e) =>
+        e.isDirectory() ||
+        (e.isSymbolicLink() && statSync(join(abs, e.name), { throwIfNoEntry: false })?.isDirectory()),
+    )
     .map((e) => join(abs, e.name))
     .sort();
 }

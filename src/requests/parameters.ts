@@ -34,18 +34,24 @@ export function parseParameters(raw: Record<string, unknown> | undefined, config
       { parameter: 'precision', offered: [...offered] },
     );
   }
-  const topK = params.top_k ?? 5;
-  if (typeof topK !== 'number' || !Number.isInteger(topK) || topK < 1 || topK > 100) {
+  return { precision: precision as Precision, top_k: topK(params.top_k), timeout_ms: timeoutMs(params.timeout_ms) };
+}
+
+/** `top_k`: how many classes a summary lists (5 when absent). */
+export function topK(raw: unknown): number {
+  const k = raw ?? 5;
+  if (typeof k !== 'number' || !Number.isInteger(k) || k < 1 || k > 100) {
     throw tgError('BAD_PARAMETER', 'top_k must be an integer from 1 to 100', { parameter: 'top_k' });
   }
-  const timeout = params.timeout_ms;
-  if (
-    timeout !== undefined &&
-    (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS)
-  ) {
+  return k;
+}
+
+/** `timeout_ms`: undefined when absent (the model's, workflow's or server's default applies). */
+export function timeoutMs(raw: unknown): number | undefined {
+  if (raw !== undefined && (typeof raw !== 'number' || !Number.isInteger(raw) || raw < 1 || raw > MAX_TIMEOUT_MS)) {
     throw tgError('BAD_PARAMETER', `timeout_ms must be an integer from 1 to ${MAX_TIMEOUT_MS}`, {
       parameter: 'timeout_ms',
     });
   }
-  return { precision: precision as Precision, top_k: topK, timeout_ms: timeout };
+  return raw;
 }

@@ -27,6 +27,9 @@ const EXPECTED: Record<string, Record<Role, boolean>> = {
   'mcp describe_model adder': { admin: true, inference: true, monitor: true, 'adder-runner': true },
   'mcp describe_model row_sum': { admin: true, inference: true, monitor: true, 'adder-runner': false },
   'mcp infer adder': { admin: true, inference: true, monitor: false, 'adder-runner': true },
+  // A workflow's grant does not widen the caller's: every model it runs is checked too.
+  'mcp run_workflow add_twice': { admin: true, inference: true, monitor: false, 'adder-runner': true },
+  'mcp run_workflow add_then_sum': { admin: true, inference: true, monitor: false, 'adder-runner': false },
   'mcp load_model adder': { admin: true, inference: false, monitor: false, 'adder-runner': false },
   'mcp get_metrics adder': { admin: true, inference: true, monitor: true, 'adder-runner': true },
   'mcp explain_latency row_sum': { admin: true, inference: true, monitor: true, 'adder-runner': false },
@@ -88,9 +91,12 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
     const rolesFile = join(work, 'roles.json');
     writeFileSync(
       rolesFile,
-      JSON.stringify({ roles: { 'adder-runner': [{ permissions: ['read', 'execute'], models: ['add*'] }] } }),
+      JSON.stringify({
+        roles: { 'adder-runner': [{ permissions: ['read', 'execute'], models: ['add*'], workflows: ['add*'] }] },
+      }),
     );
     served = await serveOne(['adder', 'row_sum'], {
+      workflows: ['add_twice', 'add_then_sum'],
       serveArgs: ['--api-keys', keysFile, '--roles', rolesFile, '--grpc', '0'],
     });
     for (const role of ROLES) {
@@ -122,6 +128,7 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
       const args: Record<string, Record<string, unknown>> = {
         describe_model: { model: target },
         infer: { model: target, inputs: ADD },
+        run_workflow: { workflow: target, inputs: ADD },
         load_model: { model: target },
         get_metrics: { model: target },
         explain_latency: { model: target },
@@ -197,6 +204,15 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
     assert.deepEqual(await names('admin'), ['adder', 'row_sum']);
     assert.deepEqual(await names('monitor'), ['adder', 'row_sum']);
     assert.deepEqual(await names('adder-runner'), ['adder']);
+    const workflows = async (role: Role) =>
+      (
+        (await clients[role].callTool({ name: 'list_workflows', arguments: {} })).structuredContent as {
+          workflows: { name: string }[];
+        }
+      ).workflows.map((w) => w.name);
+    assert.deepEqual(await workflows('monitor'), ['add_then_sum', 'add_twice']);
+    // add_then_sum is listed (read on add*), though running it needs execute on row_sum too.
+    assert.deepEqual(await workflows('adder-runner'), ['add_then_sum', 'add_twice']);
     const index = await fetch(`${served.base}/v2/repository/index`, {
       method: 'POST',
       headers: { authorization: `Bearer ${keys['adder-runner']}` },

@@ -29,8 +29,10 @@ export async function connect(
   kind: TransportKind,
   readyTimeoutMs = 120_000,
   serveArgs: string[] = [],
+  /** Another model repository than the test models (one a test assembled). */
+  modelsDir?: string,
 ): Promise<Connected> {
-  const models = ensureTestModels();
+  const models = modelsDir ?? ensureTestModels();
   const workDir = mkdtempSync(join(tmpdir(), 'tensorgate-test-'));
   const common = ['--models', models, '--registry', join(workDir, 'registry.db'), '--allow-root', workDir];
   const client = new Client({ name: 'tensorgate-tests', version: '0.0.0' });

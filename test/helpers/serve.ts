@@ -32,11 +32,19 @@ export interface Served {
 
 export async function serveOne(
   model: string | string[],
-  options: { globalArgs?: string[]; serveArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
+  options: {
+    globalArgs?: string[];
+    serveArgs?: string[];
+    env?: NodeJS.ProcessEnv;
+    /** Workflow folders of test/fixtures/workflows to put in the repository too. */
+    workflows?: string[];
+  } = {},
 ): Promise<Served> {
   const work = mkdtempSync(join(tmpdir(), 'tg-serve-'));
   for (const name of typeof model === 'string' ? [model] : model)
     cpSync(join(ensureTestModels(), name), join(work, 'models', name), { recursive: true });
+  for (const name of options.workflows ?? [])
+    cpSync(join(ROOT, 'test', 'fixtures', 'workflows', name), join(work, 'models', name), { recursive: true });
   const child = spawn(
     process.execPath,
     [

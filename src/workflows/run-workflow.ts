@@ -1,0 +1,160 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { tgError } from '../errors.js';
+import type { Gateway, InferOptions } from '../gateway.js';
+import { decodeInputs } from '../requests/decode-inputs.js';
+import { TENSOR_INPUT_FORMS } from '../requests/inference-request.js';
+import { timeoutMs, topK } from '../requests/parameters.js';
+import { type OutputResult, presentOutput } from '../requests/present-output.js';
+import { tensorSource } from '../tensor/source.js';
+import { makeTensor, type Tensor } from '../tensor/tensor.js';
+import type { WorkflowPlan } from './definition.js';
+import {
+  type BranchRecord,
+  executeWorkflow,
+  type StageCaller,
+  type StageRecord,
+  type WorkflowRun,
+} from './executor.js';
+
+/** run_workflow's request: the same input forms as infer. */
+export const WorkflowRequestSchema = z.object({
+  workflow: z.string().describe('workflow name, from list_workflows'),
+  inputs: z.record(z.string(), z.unknown()).describe(`Input tensors by declared name. ${TENSOR_INPUT_FORMS}`),
+  parameters: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe('optional: {"timeout_ms": N} for the whole workflow, {"top_k": N} for output summaries'),
+  request_id: z.string().max(128).optional().describe('echoed back in the result; generated when absent'),
+});
+export type WorkflowRequest = z.infer<typeof WorkflowRequestSchema>;
+
+export type WorkflowOutput = OutputResult | { name: string; value: unknown; text: string };
+
+export interface WorkflowResult {
+  request_id: string;
+  workflow: string;
+  outputs: (WorkflowOutput & { from?: string })[];
+  stages: StageRecord[];
+  branches: BranchRecord[];
+  timings: {
+    decode_ms: number;
+    /** From the first stage's start to the last one's end. */
+    run_ms: number;
+    encode_ms: number;
+    total_ms: number;
+  };
+}
+
+const KNOWN_PARAMETERS = ['timeout_ms', 'top_k'];
+
+/**
+ * Runs a workflow for an adapter: decodes the inputs once (any form infer takes), runs the graph,
+ * and presents tensor outputs like infer does (a tensor:// handle and a summary each).
+ */
+export async function runWorkflow(
+  gateway: Gateway,
+  request: WorkflowRequest,
+  options: InferOptions = {},
+): Promise<WorkflowResult> {
+  const start = performance.now();
+  const plan = gateway.workflows.plan(request.workflow);
+  const params = request.parameters ?? {};
+  for (const key of Object.keys(params))
+    if (!KNOWN_PARAMETERS.includes(key))
+      throw tgError('BAD_PARAMETER', `unknown parameter "${key}"; a workflow takes ${KNOWN_PARAMETERS.join(', ')}`, {
+        parameter: key,
+      });
+  const k = topK(params.top_k);
+  const timeout = timeoutMs(params.timeout_ms) ?? plan.definition.timeout_ms ?? gateway.config.defaultTimeoutMs;
+  const requestId = request.request_id ?? randomUUID();
+
+  const decoded = decodeInputs(plan.definition.inputs, request.inputs, gateway);
+  // Read once here: every stage that takes an input gets the same bytes.
+  const inputs = new Map(decoded.map((d) => [d.name, materialize(d.tensor)]));
+  const decodeMs = performance.now() - start;
+
+  const run = await executeWorkflow(plan, inputs, stageCaller(gateway, options), {
+    timeoutMs: timeout,
+    signal: options.signal,
+    requestId,
+  });
+
+  const encodeStart = performance.now();
+  const outputs = run.outputs.map((o) => {
+    if (!('tensor' in o)) return { name: o.name, value: o.value, text: `${o.name}: ${JSON.stringify(o.value)}` };
+    return {
+      ...presentOutput(gateway.store, o.name, o.tensor, `workflow:${plan.definition.name}:${o.name}`, {
+        labels: labelsOf(gateway, plan, o.from),
+        topK: k,
+      }),
+      from: o.from,
+    };
+  });
+  const end = performance.now();
+  return {
+    request_id: requestId,
+    workflow: plan.definition.name,
+    outputs,
+    stages: run.stages,
+    branches: run.branches,
+    timings: {
+      decode_ms: round(decodeMs),
+      run_ms: run.run_ms,
+      encode_ms: round(end - encodeStart),
+      total_ms: round(end - start),
+    },
+  };
+}
+
+/** Model stages go through the gateway's pipeline (queue, batching, metrics); nested workflows recurse. */
+function stageCaller(gateway: Gateway, options: InferOptions): StageCaller {
+  const caller: StageCaller = {
+    async model(target, version, inputs, { signal, timeoutMs: remaining, requestId }) {
+      const result = await gateway.inferTensors(
+        {
+          model: target,
+          ...(version !== undefined ? { version } : {}),
+          request_id: requestId,
+          parameters: { timeout_ms: Math.max(1, Math.ceil(remaining)) },
+          inputs: new Map([...inputs].map(([name, t]) => [name, tensorSource(t)])),
+          form: 'handle',
+        },
+        { signal, ...(options.adapter ? { adapter: options.adapter } : {}) },
+      );
+      return {
+        version: result.version,
+        outputs: result.outputs,
+        timings: result.timings,
+        batch_size: result.batch_size,
+      };
+    },
+    workflow(target, inputs, { signal, timeoutMs: remaining, requestId }): Promise<WorkflowRun> {
+      return executeWorkflow(gateway.workflows.plan(target), inputs, caller, {
+        timeoutMs: remaining,
+        signal,
+        requestId,
+      });
+    },
+  };
+  return caller;
+}
+
+function materialize(source: ReturnType<typeof decodeInputs>[number]['tensor']): Tensor {
+  if (source.data) return makeTensor(source.dtype, source.shape, source.data);
+  const data = Buffer.allocUnsafe(source.byteLength);
+  source.fill(data);
+  return makeTensor(source.dtype, source.shape, data);
+}
+
+/** Class labels of the model output a workflow output came from, for top-k summaries. */
+function labelsOf(gateway: Gateway, plan: WorkflowPlan, from: string): string[] | undefined {
+  const [stageName, tensor] = from.split('.');
+  const stage = plan.stages.find((s) => s.name === stageName);
+  if (stage?.kind !== 'model' || tensor === undefined) return undefined;
+  return gateway.modelConfig(stage.target).outputs.find((o) => o.name === tensor)?.labels;
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}
