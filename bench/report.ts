@@ -21,6 +21,7 @@ import { renderPeers } from './peers/render.js';
 import { renderShmMap } from './shm-map/render.js';
 import { renderSoak } from './soak/render.js';
 import { renderTraining } from './training/render.js';
+import { renderWorkflows } from './workflows/render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -50,6 +51,7 @@ const RENDERERS: Record<string, Renderer> = {
   'metrics-overhead': renderMetricsOverhead,
   peers: renderPeers,
   soak: renderSoak,
+  workflows: renderWorkflows,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -95,6 +97,7 @@ function main(): void {
     'node --import tsx bench/metrics-overhead/run.ts        # about 1 minute on 2 cores',
     'bash bench/peers/run.sh                               # set-up + about 10 minutes on 2 cores',
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
+    'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

@@ -68,3 +68,23 @@ def save_state_dict(module: torch.nn.Module, path: Path) -> None:
 
 def spec(name: str, dtype: str, shape: list[int], **extra: Any) -> dict[str, Any]:
     return {"name": name, "dtype": dtype, "shape": shape, **extra}
+
+
+TORCHSCRIPT = {"format": "torchscript", "file": "model.pt"}
+
+
+def small_config(
+    name: str, description: str, inputs: list, outputs: list, version: dict[str, Any] = TORCHSCRIPT
+) -> dict[str, Any]:
+    """The config of a small one-version CPU model: fp32, one thread, one instance."""
+    return {
+        "name": name,
+        "description": description,
+        "engine": "torch",
+        "default_version": "1",
+        "inputs": inputs,
+        "outputs": outputs,
+        "parameters": {"precision": ["fp32"]},
+        "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
+        "versions": {"1": version},
+    }

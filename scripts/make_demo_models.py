@@ -5,6 +5,10 @@
   iris-like data (4 features -> 3 classes); TorchScript, version 1.
 - ``image-classifier``: a ResNet-18-shaped network (3x224x224 -> 10 CIFAR-10 classes) with
   seeded random weights; version 1 TorchScript, version 2 eager (``model.py`` + ``weights.pt``).
+- the vision pipeline: ``image-preprocess`` (uint8 HWC pixels -> normalised CHW floats),
+  ``object-detector`` (bright regions on a 7x7 grid: scores and boxes), ``detection-fusion``
+  (class probabilities weighted by detection confidence) and the workflow ``vision-pipeline``
+  that chains them with ``image-classifier`` (classification only when an object was found).
 
 No downloads; seeded, so every run writes the same models. OUT_DIR defaults to ./models.
 """
@@ -12,6 +16,7 @@ No downloads; seeded, so every run writes the same models. OUT_DIR defaults to .
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -20,9 +25,11 @@ import torch
 from torch import nn
 
 from _model_repo import (
+    CODE_DIR,
     install_code,
     save_state_dict,
     save_torchscript,
+    small_config,
     spec,
     stable_hashing,
     write_config,
@@ -158,15 +165,125 @@ def report_forward_time(model: nn.Module, threads: int) -> None:
     print(f"image-classifier: eager forward at batch 1: median {ms:.1f} ms with {threads} threads")
 
 
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+GRID = 7  # detector cells per side: 224 / 7 = 32 pixels each
+
+
+class Preprocess(nn.Module):
+    """Decoded pixels as they come from an image library (uint8, height x width x RGB) to the
+    normalised channels-first floats the classifier and the detector take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = image.permute(0, 3, 1, 2).to(torch.float32) / 255.0
+        return (x - self.mean) / self.std
+
+
+class BrightRegionDetector(nn.Module):
+    """A stand-in detector with predictable behaviour: a grid cell holds an "object" when it is
+    clearly brighter than the image around it. A uniform image has none; a bright patch on a dark
+    background is found in the cells it covers. Boxes are the cells' pixel corners."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+        cell = 224 // GRID
+        corners = [
+            [c * cell, r * cell, (c + 1) * cell, (r + 1) * cell]
+            for r in range(GRID)
+            for c in range(GRID)
+        ]
+        self.register_buffer("cells", torch.tensor(corners, dtype=torch.float32))
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        brightness = (image * self.std + self.mean).mean(dim=1, keepdim=True)  # back to [0, 1]
+        cells = nn.functional.adaptive_avg_pool2d(brightness, 7).flatten(
+            1
+        )  # GRID (TorchScript takes literals)
+        contrast = cells - brightness.mean(dim=(1, 2, 3)).unsqueeze(1)
+        scores = torch.sigmoid(12.0 * contrast - 2.0)
+        boxes = self.cells.unsqueeze(0).expand(image.shape[0], -1, -1)
+        return scores, boxes
+
+
+class DetectionFusion(nn.Module):
+    """Fuses the two models' outputs: class probabilities scaled by the best detection's
+    confidence, and the number of cells that hold an object."""
+
+    def forward(
+        self, scores: torch.Tensor, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        confidence = scores.max(dim=1, keepdim=True).values
+        objects = (scores > 0.5).sum(dim=1).to(torch.float32)
+        return torch.softmax(logits, dim=-1) * confidence, objects
+
+
+def build_pipeline(out: Path) -> None:
+    image = [-1, 3, 224, 224]
+    cells = GRID * GRID
+    parts = [
+        (
+            "image-preprocess",
+            Preprocess(),
+            "Decoded RGB pixels (uint8, height x width x channel, 224 x 224) to the normalised "
+            "channels-first floats the image models take.",
+            [spec("image", "uint8", [-1, 224, 224, 3])],
+            [spec("image", "float32", image)],
+        ),
+        (
+            "object-detector",
+            BrightRegionDetector(),
+            f"Finds bright regions on a {GRID}x{GRID} grid: per cell an objectness score in [0, 1] "
+            "and its box (x0, y0, x1, y1 in pixels). A demo detector with predictable behaviour.",
+            [spec("image", "float32", image)],
+            [spec("scores", "float32", [-1, cells]), spec("boxes", "float32", [-1, cells, 4])],
+        ),
+        (
+            "detection-fusion",
+            DetectionFusion(),
+            "Class probabilities weighted by the best detection's confidence, and the number of "
+            "cells holding an object.",
+            [spec("scores", "float32", [-1, cells]), spec("logits", "float32", [-1, 10])],
+            [
+                spec("classes", "float32", [-1, 10], labels=CIFAR10_LABELS),
+                spec("objects", "float32", [-1]),
+            ],
+        ),
+    ]
+    for name, module, description, inputs, outputs in parts:
+        save_torchscript(module, out / name / "1" / "model.pt")
+        write_config(out / name, small_config(name, description, inputs, outputs))
+    workflow = out / "vision-pipeline"
+    workflow.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(CODE_DIR / "vision-pipeline.yaml", workflow / "workflow.yaml")
+    print("vision-pipeline: workflow over image-preprocess, object-detector, detection-fusion")
+
+
+PARTS = {"tabular": build_tabular, "image": build_image, "pipeline": build_pipeline}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", nargs="?", default="models", help="model repository folder")
+    parser.add_argument(
+        "--only", choices=sorted(PARTS), action="append", help="build only these (repeatable)"
+    )
+    parser.add_argument(
+        "--skip", choices=sorted(PARTS), action="append", default=[], help="leave these out"
+    )
     args = parser.parse_args()
     stable_hashing()
     out = Path(args.out_dir)
     start = time.perf_counter()
-    build_tabular(out)
-    build_image(out)
+    for name, build in PARTS.items():
+        if (args.only is None or name in args.only) and name not in args.skip:
+            build(out)
     print(f"wrote {out.resolve()} in {time.perf_counter() - start:.1f} s")
 
 

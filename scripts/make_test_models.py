@@ -21,9 +21,11 @@ import torch
 from torch import nn
 
 from _model_repo import (
+    TORCHSCRIPT,
     install_code,
     save_state_dict,
     save_torchscript,
+    small_config,
     spec,
     stable_hashing,
     write_config,
@@ -51,7 +53,6 @@ class Typed(nn.Module):
 
 
 EAGER = {"format": "eager", "entry": "model:build", "file": "weights.pt"}
-TORCHSCRIPT = {"format": "torchscript", "file": "model.pt"}
 Specs = list[dict[str, Any]]
 
 
@@ -64,17 +65,9 @@ def build(
         save_state_dict(install_code(name, version_dir).build(), version_dir / "weights.pt")
     else:
         save_torchscript(module, version_dir / "model.pt")
-    config = {
-        "name": name,
-        "description": description,
-        "engine": "torch",
-        "default_version": "1",
-        "inputs": inputs,
-        "outputs": outputs,
-        "parameters": {"precision": ["fp32"]},
-        "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
-        "versions": {"1": EAGER if module is None else TORCHSCRIPT},
-    }
+    config = small_config(
+        name, description, inputs, outputs, EAGER if module is None else TORCHSCRIPT
+    )
     write_config(out / name, config)
 
 

@@ -17,7 +17,7 @@ python3 -m ruff format --check python scripts test bench examples
 
 step "building the test models"
 export TENSORGATE_TEST_MODELS="$PWD/.tensorgate/test-models"
-"$PYTHON" scripts/make_demo_models.py "$TENSORGATE_TEST_MODELS" >/dev/null
+"$PYTHON" scripts/make_demo_models.py "$TENSORGATE_TEST_MODELS" --skip pipeline >/dev/null
 "$PYTHON" scripts/make_test_models.py "$TENSORGATE_TEST_MODELS" >/dev/null
 
 step "python tests (pytest)"

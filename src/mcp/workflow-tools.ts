@@ -2,7 +2,12 @@ import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway } from '../gateway.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
-import { runWorkflow, WorkflowRequestSchema, type WorkflowResult } from '../workflows/run-workflow.js';
+import {
+  checkWorkflowAccess,
+  runWorkflow,
+  WorkflowRequestSchema,
+  type WorkflowResult,
+} from '../workflows/run-workflow.js';
 import { requestSignal } from './connection-signal.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
 import { callerOf, errorResult, jsonResult } from './results.js';
@@ -115,12 +120,8 @@ export function registerWorkflowTools(server: McpServer, gateway: Gateway): void
     },
     async (request, ctx) => {
       try {
-        const caller = callerOf(ctx);
-        gateway.access.check(caller, 'execute', 'workflow', request.workflow);
         // The workflow's grant does not widen the caller's: it must be allowed every model it runs.
-        const plan = gateway.workflows.plan(request.workflow);
-        for (const w of plan.workflows) gateway.access.check(caller, 'execute', 'workflow', w);
-        for (const m of plan.models) gateway.access.check(caller, 'execute', 'model', m);
+        checkWorkflowAccess(gateway, callerOf(ctx), request.workflow);
         const result = await runWorkflow(gateway, request, {
           signal: requestSignal(ctx.mcpReq.signal),
           adapter: 'mcp',

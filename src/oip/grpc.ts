@@ -5,16 +5,30 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { AuthInfo } from '@modelcontextprotocol/server';
 import { asTensorgateError, type ErrorCode, tgError } from '../errors.js';
-import type { Gateway } from '../gateway.js';
+import type { Gateway, TensorInferenceResult } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
 import type { RateLimiter } from '../security/rate-limit.js';
 import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
 import { checkShape, makeTensor, numel } from '../tensor/tensor.js';
+import { checkWorkflowAccess } from '../workflows/run-workflow.js';
 import { dtypeOf, oipDatatype } from './datatypes.js';
 import { tensorgateParameters } from './infer-codec.js';
-import { checkOutputs, modelMetadata, modelReady, repositoryIndex, serverMetadata, serverReady } from './service.js';
+import {
+  checkOutputs,
+  checkWorkflowOutputs,
+  inferWorkflow,
+  isWorkflow,
+  kindOf,
+  modelMetadata,
+  modelReady,
+  repositoryIndex,
+  serverMetadata,
+  serverReady,
+  workflowMetadata,
+  workflowReady,
+} from './service.js';
 
 /**
  * Open Inference Protocol v2 over gRPC: `inference.GRPCInferenceService` (proto/grpc_service.proto)
@@ -71,6 +85,30 @@ const CONTENTS_FIELD: Partial<Record<DType, string>> = {
   float32: 'fp32_contents',
   float64: 'fp64_contents',
 };
+
+const double = (value: number) => ({ double_param: value });
+
+/** The ModelInferResponse message: the outputs asked for (all when none were), as raw contents. */
+function inferResponse(
+  req: InferRequestMessage,
+  result: TensorInferenceResult,
+  wanted: string[],
+  parameters: Record<string, unknown>,
+) {
+  const outputs = wanted.length
+    ? wanted.map((name) => result.outputs.find((o) => o.name === name) as (typeof result.outputs)[number])
+    : result.outputs;
+  return {
+    model_name: result.model,
+    model_version: result.version,
+    id: req.id,
+    parameters,
+    outputs: outputs.map(({ name, tensor }) => ({ name, datatype: oipDatatype(tensor.dtype), shape: tensor.shape })),
+    raw_output_contents: outputs.map(({ tensor }) =>
+      Buffer.from(tensor.data.buffer, tensor.data.byteOffset, tensor.data.byteLength),
+    ),
+  };
+}
 
 function plainParameters(parameters: Record<string, Parameter>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
@@ -208,12 +246,18 @@ export async function serveGrpc(
     ServerReady: unary(() => ({ ready: serverReady(gateway) })),
     ServerMetadata: unary(() => serverMetadata()),
     ModelMetadata: unary((req: { name: string; version: string }, _call, caller) => {
-      gateway.access.check(caller, 'read', 'model', req.name);
-      return modelMetadata(gateway, req.name, req.version);
+      gateway.access.check(caller, 'read', kindOf(gateway, req.name), req.name);
+      return isWorkflow(gateway, req.name)
+        ? workflowMetadata(gateway, req.name, req.version)
+        : modelMetadata(gateway, req.name, req.version);
     }),
     ModelReady: unary((req: { name: string; version: string }, _call, caller) => {
-      gateway.access.check(caller, 'read', 'model', req.name);
-      return { ready: modelReady(gateway, req.name, req.version) };
+      gateway.access.check(caller, 'read', kindOf(gateway, req.name), req.name);
+      return {
+        ready: isWorkflow(gateway, req.name)
+          ? workflowReady(gateway, req.name, req.version)
+          : modelReady(gateway, req.name, req.version),
+      };
     }),
     RepositoryIndex: unary((_req, _call, caller) => ({ models: repositoryIndex(gateway, caller) })),
     RepositoryModelLoad: unary(async (req: { model_name: string }, call, caller) => {
@@ -227,6 +271,7 @@ export async function serveGrpc(
       return {};
     }),
     ModelInfer: unary(async (req: InferRequestMessage, call, caller) => {
+      if (isWorkflow(gateway, req.model_name)) return inferWorkflowMessage(req, call, caller);
       gateway.access.check(caller, 'execute', 'model', req.model_name);
       const model = gateway.modelConfig(req.model_name).name;
       const wanted = req.outputs.map((o) => o.name);
@@ -245,34 +290,51 @@ export async function serveGrpc(
         },
         { signal: gone.signal, adapter: 'oip-grpc' },
       );
-      const outputs = wanted.length
-        ? wanted.map((name) => result.outputs.find((o) => o.name === name) as (typeof result.outputs)[number])
-        : result.outputs;
       const t = result.timings;
-      const double = (value: number) => ({ double_param: value });
-      return {
-        model_name: result.model,
-        model_version: result.version,
-        id: req.id,
-        parameters: {
-          batch_size: { int64_param: result.batch_size },
-          decode_ms: double(t.decode_ms),
-          queue_ms: double(t.queue_ms),
-          transfer_ms: double(t.transfer_ms),
-          compute_ms: double(t.compute_ms),
-          total_ms: double(t.total_ms),
-        },
-        outputs: outputs.map(({ name, tensor }) => ({
-          name,
-          datatype: oipDatatype(tensor.dtype),
-          shape: tensor.shape,
-        })),
-        raw_output_contents: outputs.map(({ tensor }) =>
-          Buffer.from(tensor.data.buffer, tensor.data.byteOffset, tensor.data.byteLength),
-        ),
-      };
+      return inferResponse(req, result, wanted, {
+        batch_size: { int64_param: result.batch_size },
+        decode_ms: double(t.decode_ms),
+        queue_ms: double(t.queue_ms),
+        transfer_ms: double(t.transfer_ms),
+        compute_ms: double(t.compute_ms),
+        total_ms: double(t.total_ms),
+      });
     }),
   });
+
+  /** A workflow, served like a model: literal outputs and the stage records come as parameters. */
+  async function inferWorkflowMessage(
+    req: InferRequestMessage,
+    call: grpc.ServerUnaryCall<InferRequestMessage, unknown>,
+    caller: AuthInfo | undefined,
+  ) {
+    checkWorkflowAccess(gateway, caller, req.model_name);
+    const wanted = req.outputs.map((o) => o.name);
+    checkWorkflowOutputs(gateway, req.model_name, wanted);
+    const gone = new AbortController();
+    call.on('cancelled', () => gone.abort());
+    const { result, parameters } = await inferWorkflow(
+      gateway,
+      req.model_name,
+      req.model_version || undefined,
+      {
+        ...(req.id ? { id: req.id } : {}),
+        parameters: tensorgateParameters(plainParameters(req.parameters)),
+        inputs: decodeInputs(req, gateway.config.maxArrayElements),
+        form: (req.raw_input_contents ?? []).length > 0 ? 'binary' : 'array',
+      },
+      { signal: gone.signal, adapter: 'oip-grpc' },
+    );
+    const produced = new Set(result.outputs.map((o) => o.name));
+    return inferResponse(
+      req,
+      result,
+      wanted.filter((n) => produced.has(n)),
+      Object.fromEntries(
+        Object.entries(parameters).map(([k, v]) => [k, typeof v === 'number' ? double(v) : { string_param: v }]),
+      ),
+    );
+  }
 
   const bound = await new Promise<number>((resolveBind, reject) =>
     server.bindAsync(`${host}:${port}`, credentials(opts), (err, actual) => (err ? reject(err) : resolveBind(actual))),

@@ -3,15 +3,22 @@ import type { HTTPVersion, Instance } from 'find-my-way';
 import { asTensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import type { ObjectKind, Permission } from '../security/rbac.js';
+import { checkWorkflowAccess } from '../workflows/run-workflow.js';
 import { encodeInferResponse, HEADER_LENGTH, type OipInferRequest, parseInferRequest } from './infer-codec.js';
 import {
   checkOutputs,
   checkVersion,
+  checkWorkflowOutputs,
+  inferWorkflow,
+  isWorkflow,
+  kindOf,
   modelMetadata,
   modelReady,
   repositoryIndex,
   serverMetadata,
   serverReady,
+  workflowMetadata,
+  workflowReady,
 } from './service.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 
@@ -90,29 +97,73 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
   on('GET', '/v2', (_req, res) => send(res, 200, serverMetadata()));
   on('GET', '/v2/health/live', (_req, res) => send(res, 200));
   on('GET', '/v2/health/ready', (_req, res) => send(res, serverReady(gateway) ? 200 : 400));
+  // A workflow answers under /v2/models/NAME too, like one of Triton's ensembles.
   versioned('GET', '', (req, res, { model, version }) => {
-    allow(req, 'read', 'model', model as string);
-    send(res, 200, modelMetadata(gateway, model as string, version));
+    const name = model as string;
+    allow(req, 'read', kindOf(gateway, name), name);
+    send(
+      res,
+      200,
+      isWorkflow(gateway, name) ? workflowMetadata(gateway, name, version) : modelMetadata(gateway, name, version),
+    );
   });
   versioned('GET', '/ready', (req, res, { model, version }) => {
-    allow(req, 'read', 'model', model as string);
-    send(res, modelReady(gateway, model as string, version) ? 200 : 400);
+    const name = model as string;
+    allow(req, 'read', kindOf(gateway, name), name);
+    const ready = isWorkflow(gateway, name)
+      ? workflowReady(gateway, name, version)
+      : modelReady(gateway, name, version);
+    send(res, ready ? 200 : 400);
   });
 
   versioned('POST', '/infer', async (req, res, { model, version }) => {
-    allow(req, 'execute', 'model', model as string);
-    const config = gateway.modelConfig(model as string);
+    const name = model as string;
+    const workflow = isWorkflow(gateway, name);
+    if (workflow) checkWorkflowAccess(gateway, req.auth, name);
+    else allow(req, 'execute', 'model', name);
     const body = await readBody(req, gateway.config.maxHttpBodyBytes);
     const request = parseInferRequest(body, req.headers[HEADER_LENGTH], {
       maxArrayElements: gateway.config.maxArrayElements,
       regions,
     });
     try {
-      await inferAndAnswer(res, request, config, version);
+      if (workflow) await inferWorkflowAndAnswer(res, request, name, version);
+      else await inferAndAnswer(res, request, gateway.modelConfig(name), version);
     } finally {
       request.release();
     }
   });
+
+  /** The signal that withdraws a request whose client went away. */
+  function goneSignal(res: ServerResponse): AbortSignal {
+    const gone = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    return gone.signal;
+  }
+
+  async function inferWorkflowAndAnswer(
+    res: ServerResponse,
+    request: OipInferRequest,
+    name: string,
+    version: string | undefined,
+  ): Promise<void> {
+    checkWorkflowOutputs(
+      gateway,
+      name,
+      (request.outputs ?? []).map((o) => o.name),
+    );
+    const { result, parameters } = await inferWorkflow(gateway, name, version, request, {
+      signal: goneSignal(res),
+      adapter: 'oip-rest',
+    });
+    // An output asked for by name that came out as a literal is in the parameters, not the tensors.
+    const produced = new Set(result.outputs.map((o) => o.name));
+    const outputs = request.outputs?.filter((o) => produced.has(o.name)) ?? null;
+    const encoded = encodeInferResponse(result, { ...request, outputs }, parameters);
+    res.writeHead(200, { ...encoded.headers, 'content-length': encoded.body.length }).end(encoded.body);
+  }
 
   async function inferAndAnswer(
     res: ServerResponse,
@@ -125,11 +176,6 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       config.name,
       (request.outputs ?? []).map((o) => o.name),
     );
-    // A client that goes away withdraws its request from the queue.
-    const gone = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) gone.abort();
-    });
     const result = await gateway.inferTensors(
       {
         model: config.name,
@@ -139,7 +185,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
         inputs: request.inputs,
         form: request.form,
       },
-      { signal: gone.signal, adapter: 'oip-rest' },
+      { signal: goneSignal(res), adapter: 'oip-rest' },
     );
     const encodeStart = performance.now();
     const t = result.timings;

@@ -1,8 +1,11 @@
 import type { AuthInfo } from '@modelcontextprotocol/server';
 import { tgError } from '../errors.js';
-import type { Gateway } from '../gateway.js';
+import type { Gateway, InferOptions, TensorInferenceResult } from '../gateway.js';
 import { defaultVersion, type TensorSpec } from '../registry/model-config.js';
+import { type InputForm, preparedInputs } from '../requests/decode-inputs.js';
+import type { TensorSource } from '../tensor/source.js';
 import { VERSION } from '../version.js';
+import { executeWorkflowRequest } from '../workflows/run-workflow.js';
 import { oipDatatype } from './datatypes.js';
 
 /**
@@ -54,17 +57,28 @@ export function modelReady(gateway: Gateway, model: string, version?: string): b
   return checkVersion(info.versions, config.name, version || defaultVersion(config)).state === 'ready';
 }
 
-/** The repository index; with a caller, only the models it may read. */
+/** The repository index, models and workflows; with a caller, only those it may read. */
 export function repositoryIndex(gateway: Gateway, caller?: AuthInfo) {
   const models = gateway.listModels().filter((m) => gateway.access.can(caller, 'read', 'model', m.name));
-  return models.flatMap((m) =>
-    m.versions.map((v) => ({
-      name: m.name,
-      version: v.version,
-      state: v.state === 'ready' ? 'READY' : v.state === 'loading' ? 'LOADING' : 'UNAVAILABLE',
-      reason: v.error ?? (v.state === 'ready' || v.state === 'loading' ? '' : v.state),
+  const workflows = gateway.workflows
+    .list()
+    .filter((w) => !gateway.registry.has(w.name) && gateway.access.can(caller, 'read', 'workflow', w.name));
+  return [
+    ...models.flatMap((m) =>
+      m.versions.map((v) => ({
+        name: m.name,
+        version: v.version,
+        state: v.state === 'ready' ? 'READY' : v.state === 'loading' ? 'LOADING' : 'UNAVAILABLE',
+        reason: v.error ?? (v.state === 'ready' || v.state === 'loading' ? '' : v.state),
+      })),
+    ),
+    ...workflows.map((w) => ({
+      name: w.name,
+      version: WORKFLOW_VERSION,
+      state: w.state === 'ready' ? 'READY' : 'UNAVAILABLE',
+      reason: w.error ?? '',
     })),
-  );
+  ];
 }
 
 /** The outputs a request names must exist; UNKNOWN_OUTPUT before any work is done. */
@@ -78,4 +92,123 @@ export function checkOutputs(gateway: Gateway, model: string, names: string[]): 
         { output: name },
       );
   }
+}
+
+// ---- workflows, served like models (Triton's ensembles) -----------------------------------------
+
+/** Workflows have one version as far as OIP v2 is concerned. */
+export const WORKFLOW_VERSION = '1';
+
+/** A name OIP v2 serves: a model, else a registered workflow. */
+export function isWorkflow(gateway: Gateway, name: string): boolean {
+  return !gateway.registry.has(name) && gateway.workflows.has(name);
+}
+
+/** What the access check of a /v2/models/NAME route is about. */
+export function kindOf(gateway: Gateway, name: string): 'model' | 'workflow' {
+  return isWorkflow(gateway, name) ? 'workflow' : 'model';
+}
+
+function checkWorkflowVersion(name: string, version: string | undefined): void {
+  if (version && version !== WORKFLOW_VERSION)
+    throw tgError(
+      'VERSION_NOT_FOUND',
+      `workflow ${name} has one version, ${WORKFLOW_VERSION}; it has no version ${version}`,
+      {
+        model: name,
+        version,
+      },
+    );
+}
+
+export function workflowMetadata(gateway: Gateway, name: string, version?: string) {
+  checkWorkflowVersion(name, version);
+  const plan = gateway.workflows.plan(name);
+  return {
+    name,
+    versions: [WORKFLOW_VERSION],
+    platform: 'ensemble',
+    inputs: plan.definition.inputs.map(tensorMetadata),
+    // An output whose alternatives end in a literal is listed with its tensor type; when the
+    // literal is what a request gets, it comes back in the response's parameters instead.
+    outputs: plan.outputs.flatMap((o) => (o.spec ? [tensorMetadata(o.spec)] : [])),
+  };
+}
+
+/** Ready when it compiles and every model it runs has its default version ready. */
+export function workflowReady(gateway: Gateway, name: string, version?: string): boolean {
+  checkWorkflowVersion(name, version);
+  const info = gateway.workflows.info(name);
+  if (info.state !== 'ready') return false;
+  return info.models.every((m) => {
+    const model = gateway.modelInfo(m);
+    return model.versions.find((v) => v.version === model.default_version)?.state === 'ready';
+  });
+}
+
+/**
+ * Runs a workflow for an OIP v2 request: tensor outputs as an infer result's, and what OIP has no
+ * tensor for (literal outputs, the stages' records) as response parameters of JSON text.
+ */
+export async function inferWorkflow(
+  gateway: Gateway,
+  name: string,
+  version: string | undefined,
+  request: Pick<OipInferRequestLike, 'id' | 'parameters' | 'inputs' | 'form'>,
+  options: InferOptions,
+): Promise<{ result: TensorInferenceResult; parameters: Record<string, string | number> }> {
+  checkWorkflowVersion(name, version);
+  const { run, request_id, start, decode_ms } = await executeWorkflowRequest(
+    gateway,
+    {
+      workflow: name,
+      request_id: request.id,
+      parameters: request.parameters,
+      decode: (specs) => preparedInputs(specs, request.inputs, request.form),
+    },
+    options,
+  );
+  const outputs = run.outputs.flatMap((o) => ('tensor' in o ? [{ name: o.name, tensor: o.tensor }] : []));
+  const literals = Object.fromEntries(run.outputs.flatMap((o) => ('value' in o ? [[o.name, o.value]] : [])));
+  const ms = (x: number) => Math.round(x * 1000) / 1000;
+  const total = ms(performance.now() - start);
+  return {
+    result: {
+      request_id,
+      model: name,
+      version: WORKFLOW_VERSION,
+      batch_size: Math.max(0, ...run.stages.map((s) => s.batch_size ?? 0)),
+      outputs,
+      timings: { decode_ms, queue_ms: 0, transfer_ms: 0, compute_ms: 0, encode_ms: 0, total_ms: total },
+    },
+    parameters: {
+      decode_ms,
+      run_ms: run.run_ms,
+      total_ms: total,
+      stages: JSON.stringify(run.stages),
+      ...(Object.keys(literals).length ? { literal_outputs: JSON.stringify(literals) } : {}),
+    },
+  };
+}
+
+/** What both encodings decode an infer request into. */
+interface OipInferRequestLike {
+  id?: string | undefined;
+  parameters: Record<string, unknown>;
+  inputs: Map<string, TensorSource>;
+  form: InputForm;
+}
+
+/** The outputs a workflow request names must be the workflow's. */
+export function checkWorkflowOutputs(gateway: Gateway, name: string, names: string[]): void {
+  const outputs = gateway.workflows.plan(name).outputs.map((o) => o.name);
+  for (const output of names)
+    if (!outputs.includes(output))
+      throw tgError(
+        'UNKNOWN_OUTPUT',
+        `output "${output}" is not declared by workflow ${name}; it has ${outputs.join(', ')}`,
+        {
+          output,
+        },
+      );
 }

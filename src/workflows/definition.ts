@@ -179,6 +179,7 @@ export function compileWorkflow(definition: WorkflowDefinition, resolver: Resolv
   const outputsOf = new Map<string, Map<string, TensorSpec>>();
   const models = new Set<string>();
   const workflows = new Set<string>([wf]);
+  if (resolver.model(wf)) invalid(wf, 'name', 'a model has this name; OIP v2 serves both under /v2/models/NAME');
 
   // Pass 1: every stage, its callee and the guards it runs under.
   const collect = (steps: Step[], guards: Guard[], path: string) => {

@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import type { AuthInfo } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { tgError } from '../errors.js';
 import type { Gateway, InferOptions } from '../gateway.js';
-import { decodeInputs } from '../requests/decode-inputs.js';
+import type { TensorSpec } from '../registry/model-config.js';
+import { type DecodedInput, decodeInputs } from '../requests/decode-inputs.js';
 import { TENSOR_INPUT_FORMS } from '../requests/inference-request.js';
 import { timeoutMs, topK } from '../requests/parameters.js';
 import { type OutputResult, presentOutput } from '../requests/present-output.js';
@@ -48,15 +50,39 @@ export interface WorkflowResult {
 
 const KNOWN_PARAMETERS = ['timeout_ms', 'top_k'];
 
+/** The caller must be allowed the workflow, every workflow it calls and every model it runs. */
+export function checkWorkflowAccess(gateway: Gateway, caller: AuthInfo | undefined, name: string): void {
+  gateway.access.check(caller, 'execute', 'workflow', name);
+  const plan = gateway.workflows.plan(name);
+  for (const w of plan.workflows) gateway.access.check(caller, 'execute', 'workflow', w);
+  for (const m of plan.models) gateway.access.check(caller, 'execute', 'model', m);
+}
+
+export interface WorkflowExecution {
+  plan: WorkflowPlan;
+  request_id: string;
+  run: WorkflowRun;
+  top_k: number;
+  /** performance.now() at the start, and the decode time. */
+  start: number;
+  decode_ms: number;
+}
+
 /**
- * Runs a workflow for an adapter: decodes the inputs once (any form infer takes), runs the graph,
- * and presents tensor outputs like infer does (a tensor:// handle and a summary each).
+ * The part every adapter shares: parameters checked, inputs checked against the workflow's specs
+ * and read once (every stage that takes an input gets the same bytes), the graph run.
  */
-export async function runWorkflow(
+export async function executeWorkflowRequest(
   gateway: Gateway,
-  request: WorkflowRequest,
+  request: {
+    workflow: string;
+    request_id?: string | undefined;
+    parameters?: Record<string, unknown> | undefined;
+    /** Decodes the inputs against the workflow's declared input specs. */
+    decode: (specs: TensorSpec[]) => DecodedInput[];
+  },
   options: InferOptions = {},
-): Promise<WorkflowResult> {
+): Promise<WorkflowExecution> {
   const start = performance.now();
   const plan = gateway.workflows.plan(request.workflow);
   const params = request.parameters ?? {};
@@ -68,42 +94,49 @@ export async function runWorkflow(
   const k = topK(params.top_k);
   const timeout = timeoutMs(params.timeout_ms) ?? plan.definition.timeout_ms ?? gateway.config.defaultTimeoutMs;
   const requestId = request.request_id ?? randomUUID();
-
-  const decoded = decodeInputs(plan.definition.inputs, request.inputs, gateway);
-  // Read once here: every stage that takes an input gets the same bytes.
-  const inputs = new Map(decoded.map((d) => [d.name, materialize(d.tensor)]));
+  const inputs = new Map(request.decode(plan.definition.inputs).map((d) => [d.name, materialize(d.tensor)]));
   const decodeMs = performance.now() - start;
-
   const run = await executeWorkflow(plan, inputs, stageCaller(gateway, options), {
     timeoutMs: timeout,
     signal: options.signal,
     requestId,
   });
+  return { plan, request_id: requestId, run, top_k: k, start, decode_ms: round(decodeMs) };
+}
 
+/**
+ * run_workflow: the inputs in any form infer takes, tensor outputs presented like infer's (a
+ * tensor:// handle and a summary each), literal outputs as they are.
+ */
+export async function runWorkflow(
+  gateway: Gateway,
+  request: WorkflowRequest,
+  options: InferOptions = {},
+): Promise<WorkflowResult> {
+  const { plan, request_id, run, top_k, start, decode_ms } = await executeWorkflowRequest(
+    gateway,
+    { ...request, decode: (specs) => decodeInputs(specs, request.inputs, gateway) },
+    options,
+  );
   const encodeStart = performance.now();
   const outputs = run.outputs.map((o) => {
     if (!('tensor' in o)) return { name: o.name, value: o.value, text: `${o.name}: ${JSON.stringify(o.value)}` };
     return {
       ...presentOutput(gateway.store, o.name, o.tensor, `workflow:${plan.definition.name}:${o.name}`, {
         labels: labelsOf(gateway, plan, o.from),
-        topK: k,
+        topK: top_k,
       }),
       from: o.from,
     };
   });
   const end = performance.now();
   return {
-    request_id: requestId,
+    request_id,
     workflow: plan.definition.name,
     outputs,
     stages: run.stages,
     branches: run.branches,
-    timings: {
-      decode_ms: round(decodeMs),
-      run_ms: run.run_ms,
-      encode_ms: round(end - encodeStart),
-      total_ms: round(end - start),
-    },
+    timings: { decode_ms, run_ms: run.run_ms, encode_ms: round(end - encodeStart), total_ms: round(end - start) },
   };
 }
 

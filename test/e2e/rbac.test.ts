@@ -220,7 +220,8 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
     });
     assert.deepEqual(
       ((await index.json()) as { name: string }[]).map((m) => m.name),
-      ['adder'],
+      ['adder', 'add_then_sum', 'add_twice'],
+      'models, then workflows',
     );
   });
 

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { type Connected, connect } from '../helpers/mcp.js';
-import { ensureTestModels, ROOT } from '../helpers/models.js';
+import { ensureTestModels, ROOT, visionPipelineRepository } from '../helpers/models.js';
 
 /**
  * Workflows on the real server: real torch workers, the official MCP client over Streamable
@@ -44,7 +44,8 @@ function fixtureRepository(): string {
   const models = ensureTestModels();
   const dir = mkdtempSync(join(tmpdir(), 'tensorgate-workflows-'));
   for (const m of ['adder', 'flaky', 'multi_out', 'sleepy']) symlinkSync(join(models, m), join(dir, m));
-  cpSync(join(ROOT, 'test/fixtures/workflows'), dir, { recursive: true });
+  for (const w of ['triage', 'softmax_sum', 'nested'])
+    cpSync(join(ROOT, 'test/fixtures/workflows', w), join(dir, w), { recursive: true });
   // Reads a tensor no stage produces: listed as invalid, the others still serve.
   mkdirSync(join(dir, 'broken'));
   writeFileSync(
@@ -62,7 +63,7 @@ function fixtureRepository(): string {
 before(async () => {
   process.env.TENSORGATE_SLEEPY_SECONDS = '0.2';
   repo = fixtureRepository();
-  server = await connect('http', undefined, [], repo);
+  server = await connect('http', undefined, ['--grpc', '0'], repo);
 });
 
 after(async () => {
@@ -243,6 +244,102 @@ describe('run_workflow', () => {
   });
 });
 
+describe('workflows over OIP v2, like ensembles', () => {
+  const base = () => (server.url as string).replace(/\/mcp$/, '');
+  const inferBody = (x: number[][], outputs?: string[]) =>
+    JSON.stringify({
+      inputs: [{ name: 'x', shape: [1, 4], datatype: 'FP32', data: x.flat() }],
+      ...(outputs ? { outputs: outputs.map((name) => ({ name })) } : {}),
+    });
+  interface OipResponse {
+    model_name: string;
+    outputs: { name: string; datatype: string; shape: number[]; data: number[] }[];
+    parameters: Record<string, string | number>;
+    error?: string;
+  }
+  const infer = async (workflow: string, body: string) => {
+    const res = await fetch(`${base()}/v2/models/${workflow}/infer`, { method: 'POST', body });
+    return { status: res.status, json: (await res.json()) as OipResponse };
+  };
+
+  it('describes a workflow with platform "ensemble" and says when it is ready', async () => {
+    const meta = (await (await fetch(`${base()}/v2/models/triage`)).json()) as Record<string, unknown>;
+    assert.deepEqual(meta, {
+      name: 'triage',
+      versions: ['1'],
+      platform: 'ensemble',
+      inputs: [{ name: 'x', datatype: 'FP32', shape: [-1, 4] }],
+      outputs: [
+        { name: 'total', datatype: 'FP32', shape: [-1, -1] },
+        { name: 'scores', datatype: 'FP32', shape: [-1, 4] },
+      ],
+    });
+    assert.equal((await fetch(`${base()}/v2/models/triage/ready`)).status, 200);
+    assert.equal((await fetch(`${base()}/v2/models/broken/ready`)).status, 400);
+    assert.equal((await fetch(`${base()}/v2/models/triage/versions/2`)).status, 404);
+  });
+
+  it('runs it: tensors as outputs, a literal and the stage records as parameters', async () => {
+    const confident = await infer('triage', inferBody([[0, 0, 0, 10]]));
+    assert.equal(confident.status, 200);
+    assert.equal(confident.json.model_name, 'triage');
+    assert.deepEqual(confident.json.outputs.find((o) => o.name === 'total')?.data, [1, 1, 1, 31]);
+    const stages = JSON.parse(confident.json.parameters.stages as string) as Stage[];
+    assert.deepEqual(
+      stages.map((s) => s.status),
+      ['ok', 'ok', 'ok', 'ok'],
+    );
+    assert.equal(confident.json.parameters.literal_outputs, undefined);
+
+    const uncertain = await infer('triage', inferBody([[1, 1, 1, 1]], ['total', 'scores']));
+    assert.equal(uncertain.status, 200);
+    assert.deepEqual(
+      uncertain.json.outputs.map((o) => o.name),
+      ['scores'],
+    );
+    assert.deepEqual(JSON.parse(uncertain.json.parameters.literal_outputs as string), { total: 'uncertain' });
+
+    const failing = await infer('triage', inferBody([[-1, 0, 0, 10]]));
+    assert.equal(failing.status, 500);
+    assert.match(failing.json.error as string, /^INFERENCE_FAILED: workflow "triage", stage "f"/);
+    assert.equal((await infer('triage', inferBody([[1, 1, 1, 1]], ['nope']))).status, 400);
+  });
+
+  it("answers Triton's own HTTP and gRPC clients, and lists workflows in the repository index", async () => {
+    const python = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
+    assert.ok(existsSync(python), 'tritonclient is missing: run bash scripts/install-python-clients.sh');
+    const grpcAddress = /OIP v2 gRPC at ([\d.]+:\d+)/.exec(server.serverLog())?.[1] as string;
+    const { stdout } = await promisify(execFile)(
+      python,
+      [join(ROOT, 'test/fixtures/triton_workflow_client.py'), base().replace('http://', ''), grpcAddress],
+      { timeout: 120_000 },
+    );
+    const report = JSON.parse(stdout);
+    assert.equal(report.metadata.platform, 'ensemble');
+    assert.equal(report.ready, true);
+    assert.equal(report.grpc_ready, true);
+    const index = report.index as { name: string; state: string }[];
+    assert.deepEqual(
+      index.filter((e) => ['triage', 'broken'].includes(e.name)).map((e) => [e.name, e.state]),
+      [
+        ['broken', 'UNAVAILABLE'],
+        ['triage', 'READY'],
+      ],
+    );
+    for (const adapter of ['http', 'grpc']) {
+      const confident = report[`${adapter}_confident`];
+      assert.deepEqual(confident.total, [[1, 1, 1, 31]], adapter);
+      assert.ok(Math.abs(confident.scores[0][3] - 1) < 1e-3, adapter);
+      const uncertain = report[`${adapter}_uncertain`];
+      assert.equal(uncertain.total, null, `${adapter}: the literal is not a tensor`);
+      const literal = uncertain.parameters.literal_outputs;
+      assert.deepEqual(JSON.parse(typeof literal === 'string' ? literal : literal.string_param), {
+        total: 'uncertain',
+      });
+    }
+  });
+});
+
 describe('tensorgate register DIR (workflow)', () => {
   const run = promisify(execFile);
   const cli = (args: string[]) =>
@@ -272,5 +369,69 @@ describe('tensorgate register DIR (workflow)', () => {
       );
       return true;
     });
+  });
+});
+
+describe('the demo vision pipeline', () => {
+  let vision: Connected;
+  const pixels = (object: boolean) => {
+    // A dark 224x224 RGB image, with a bright 64x64 square when `object`.
+    const data = Buffer.alloc(224 * 224 * 3, 20);
+    if (object) for (let y = 64; y < 128; y++) data.fill(240, (y * 224 + 96) * 3, (y * 224 + 160) * 3);
+    return { b64: data.toString('base64'), shape: [1, 224, 224, 3] };
+  };
+
+  before(async () => {
+    vision = await connect('http', undefined, [], visionPipelineRepository(mkdtempSync(join(tmpdir(), 'tg-vision-'))));
+  });
+
+  after(async () => {
+    await vision?.close();
+  });
+
+  const runVision = async (object: boolean) => {
+    const result = await vision.client.callTool({
+      name: 'run_workflow',
+      arguments: { workflow: 'vision-pipeline', inputs: { image: pixels(object) } },
+    });
+    assert.ok(!result.isError, JSON.stringify(result.content));
+    return result.structuredContent as Run;
+  };
+
+  it('classifies and fuses only when the detector finds an object', async () => {
+    const found = await runVision(true);
+    assert.deepEqual(
+      found.branches.map((b) => b.taken),
+      [true],
+    );
+    assert.deepEqual(
+      found.stages.map((s) => [s.stage, s.status]),
+      [
+        ['prep', 'ok'],
+        ['detect', 'ok'],
+        ['classify', 'ok'],
+        ['fuse', 'ok'],
+      ],
+    );
+    assert.deepEqual(output(found, 'objects').summary?.values, [4], 'the square covers four grid cells');
+    const classes = output(found, 'classes') as Output & { summary: { top?: { top: { label: string }[] }[] } };
+    assert.equal(classes.from, 'fuse.classes');
+    const top = classes.summary.top?.[0]?.top ?? [];
+    assert.equal(top.length, 5, 'top-5 with the CIFAR-10 labels of the fusion model');
+    assert.ok(
+      top.every((t) =>
+        ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck'].includes(t.label),
+      ),
+    );
+
+    const empty = await runVision(false);
+    assert.deepEqual(
+      empty.branches.map((b) => b.taken),
+      [false],
+    );
+    assert.equal(stage(empty, 'classify').status, 'skipped');
+    assert.deepEqual(output(empty, 'classes').value, { status: 'no_objects' });
+    assert.equal(output(empty, 'objects').value, 0);
+    assert.equal(output(empty, 'boxes').from, 'detect.boxes');
   });
 });

@@ -1,11 +1,12 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /**
- * Test model repository: the demo models plus small fixture models (sleepy, flaky, adder, ...),
- * built once by the project's own scripts into .tensorgate/test-models and reused by every test.
+ * Test model repository: the demo models (all but the vision pipeline: see
+ * visionPipelineRepository) plus small fixture models (sleepy, flaky, adder, ...), built once by
+ * the project's own scripts into .tensorgate/test-models and reused by every test.
  */
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -15,7 +16,9 @@ export const TEST_MODELS = process.env.TENSORGATE_TEST_MODELS ?? join(ROOT, '.te
 export function ensureTestModels(): string {
   if (!existsSync(join(TEST_MODELS, 'image-classifier', 'config.json')) || !existsSync(join(TEST_MODELS, 'row_sum'))) {
     mkdirSync(TEST_MODELS, { recursive: true });
-    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS], { stdio: 'inherit' });
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS, '--skip', 'pipeline'], {
+      stdio: 'inherit',
+    });
     execFileSync(PYTHON, [join(ROOT, 'scripts/make_test_models.py'), TEST_MODELS], { stdio: 'inherit' });
   }
   return TEST_MODELS;
@@ -28,4 +31,15 @@ export function referenceForward(model: string, version: string, inputs: string[
     [join(ROOT, 'test/fixtures/reference_forward.py'), join(TEST_MODELS, model), version, outPrefix, ...inputs],
     { stdio: ['ignore', 'inherit', 'inherit'] },
   );
+}
+
+/**
+ * The demo vision pipeline (its three small models and the workflow) in a repository of its own
+ * with a link to the test models' image-classifier; kept apart so that other tests' servers do not
+ * start its workers.
+ */
+export function visionPipelineRepository(dir: string): string {
+  execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), dir, '--only', 'pipeline'], { stdio: 'ignore' });
+  symlinkSync(join(ensureTestModels(), 'image-classifier'), join(dir, 'image-classifier'));
+  return dir;
 }
