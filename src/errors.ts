@@ -45,6 +45,21 @@ export const ERROR_CODES = {
   LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },
   INFERENCE_FAILED: { status: 500, summary: 'The model raised an error during the forward pass.' },
   WORKER_CRASHED: { status: 503, summary: 'The worker process serving the model exited; it is restarted.' },
+  REMOTE_UNAVAILABLE: {
+    status: 503,
+    summary:
+      'The remote OIP v2 endpoint of a remote model could not be reached, timed out or answered 502/503/504, after retries.',
+  },
+  REMOTE_ERROR: {
+    status: 502,
+    summary:
+      'The remote OIP v2 endpoint of a remote model refused the call or answered something that is not a valid response.',
+  },
+  REMOTE_MISMATCH: {
+    status: 409,
+    summary:
+      "A remote model's metadata disagrees with the local config: a tensor is missing or has another datatype or shape.",
+  },
   TIMEOUT: { status: 504, summary: 'The request did not finish within its timeout.' },
   CANCELLED: { status: 499, summary: 'The caller cancelled the request (or went away) before it finished.' },
   MEMORY_BUDGET_EXCEEDED: {

@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
 import type { Engine, NamedTensor } from './engines/engine.js';
+import { RemoteEngine } from './engines/remote/remote-engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
@@ -169,7 +170,10 @@ export class Gateway {
     );
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.models = new ModelManager({
-      engines: new Map<string, Engine>([['torch', new TorchEngine({ onLog: log })]]),
+      engines: new Map<string, Engine>([
+        ['torch', new TorchEngine({ onLog: log })],
+        ['remote', new RemoteEngine()],
+      ]),
       maxQueue: config.maxQueue,
       memoryBudgetMb: config.memoryBudgetMb,
       log,

@@ -112,6 +112,8 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
         outputs: z.array(TensorSpecOut),
         precisions: z.array(z.string()),
         resources: z.record(z.string(), z.unknown()),
+        engine: z.string().describe('torch: worker processes here; remote: another OIP v2 endpoint'),
+        remote: z.object({ url: z.string(), model: z.string() }).optional().describe('where a remote model runs'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
     },
@@ -126,10 +128,15 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
           outputs: config.outputs,
           precisions: ['fp32', ...config.parameters.precision.filter((p) => p !== 'fp32')],
           resources: config.resources,
+          engine: config.engine,
+          ...(config.remote ? { remote: { url: config.remote.url, model: config.remote.model ?? config.name } } : {}),
         };
         const io = (specs: typeof config.inputs) =>
           specs.map((s) => `${s.name} ${s.dtype}[${s.shape.join(', ')}]`).join(', ');
-        const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.`;
+        const where = config.remote
+          ? ` Runs remotely at ${config.remote.url} (model ${config.remote.model ?? config.name}).`
+          : '';
+        const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}`;
         return jsonResult(text, structured);
       } catch (err) {
         return errorResult(err);

@@ -121,6 +121,8 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     const workflow = isWorkflow(gateway, name);
     if (workflow) checkWorkflowAccess(gateway, req.auth, name);
     else allow(req, 'execute', 'model', name);
+    // An unknown model is answered before its body is read or parsed.
+    const config = workflow ? undefined : gateway.modelConfig(name);
     const body = await readBody(req, gateway.config.maxHttpBodyBytes);
     const request = parseInferRequest(body, req.headers[HEADER_LENGTH], {
       maxArrayElements: gateway.config.maxArrayElements,
@@ -128,7 +130,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     });
     try {
       if (workflow) await inferWorkflowAndAnswer(res, request, name, version);
-      else await inferAndAnswer(res, request, gateway.modelConfig(name), version);
+      else await inferAndAnswer(res, request, config as ReturnType<Gateway['modelConfig']>, version);
     } finally {
       request.release();
     }

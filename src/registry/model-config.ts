@@ -20,7 +20,7 @@ export type Precision = (typeof PRECISIONS)[number];
 export const MODEL_FORMATS = ['torchscript', 'export', 'eager'] as const;
 export type ModelFormat = (typeof MODEL_FORMATS)[number];
 
-export const VersionConfigSchema = z
+const LocalVersionSchema = z
   .object({
     format: z.enum(MODEL_FORMATS),
     // A path inside the version folder: a config must not point the worker at files elsewhere
@@ -39,7 +39,47 @@ export const VersionConfigSchema = z
   .refine((v) => v.format !== 'eager' || v.entry !== undefined, {
     message: 'eager versions need an "entry" such as "model:build"',
   });
+export type LocalVersionConfig = z.infer<typeof LocalVersionSchema>;
+
+/** A version served by a remote OIP v2 endpoint (engine "remote"): which version to ask it for. */
+const RemoteVersionSchema = z
+  .object({
+    format: z.literal('remote'),
+    /** The remote model's version; its default version when absent. */
+    version: z.string().regex(/^\d+$/, 'a remote version is a positive integer').optional(),
+  })
+  .strict();
+export type RemoteVersionConfig = z.infer<typeof RemoteVersionSchema>;
+
+export const VersionConfigSchema = z.discriminatedUnion('format', [RemoteVersionSchema, LocalVersionSchema]);
 export type VersionConfig = z.infer<typeof VersionConfigSchema>;
+
+/**
+ * Where a remote model runs (engine "remote"): an OIP v2 endpoint such as KServe, Triton,
+ * TorchServe in kservev2 mode, or another tensorgate. Calls go through the same scheduler as local
+ * models (batching, timeouts, queue limits, metrics); `resources.instances` is how many calls may
+ * be in flight to it at once.
+ */
+export const RemoteSchema = z
+  .object({
+    url: z
+      .string()
+      .regex(/^https?:\/\/[^\s/]+(\/[^\s]*)?$/, 'url is the endpoint root, e.g. "http://kserve.example:8080"')
+      .transform((u) => u.replace(/\/+$/, '')),
+    /** The model's name on the remote server; this model's name when absent. */
+    model: z.string().min(1).optional(),
+    /** Binary tensor data (the default) or JSON lists. */
+    binary: z.boolean().default(true),
+    /** Limit of one attempt, in ms; the request's own timeout still bounds the whole call. */
+    timeout_ms: z.number().int().min(1).default(30_000),
+    /** Attempts after the first for failures worth retrying (unreachable, 502/503/504), with backoff. */
+    retries: z.number().int().min(0).max(10).default(2),
+    backoff_ms: z.number().int().min(0).max(60_000).default(50),
+    /** Extra request headers; a value "env:NAME" is read from the environment, so that secrets stay out of config files. */
+    headers: z.record(z.string(), z.string()).default({}),
+  })
+  .strict();
+export type RemoteConfig = z.infer<typeof RemoteSchema>;
 
 export const ResourcesSchema = z.object({
   device: z
@@ -76,7 +116,8 @@ export const ModelConfigSchema = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9._-]*$/, 'model names are lower-case: letters, digits, ".", "_", "-"'),
     description: z.string().default(''),
-    engine: z.literal('torch').default('torch'),
+    engine: z.enum(['torch', 'remote']).default('torch'),
+    remote: RemoteSchema.optional(),
     default_version: z.string().optional(),
     inputs: z.array(TensorSpecSchema).min(1),
     outputs: z.array(TensorSpecSchema).min(1),
@@ -97,6 +138,28 @@ export const ModelConfigSchema = z
   .superRefine((cfg, ctx) => {
     const versions = Object.keys(cfg.versions);
     if (versions.length === 0) ctx.addIssue({ code: 'custom', message: 'at least one version is needed' });
+    const remote = cfg.engine === 'remote';
+    if (remote !== (cfg.remote !== undefined))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['remote'],
+        message: remote
+          ? 'engine "remote" needs a "remote" block with the url'
+          : 'a "remote" block needs engine "remote"',
+      });
+    if (remote && cfg.parameters.precision.some((p) => p !== 'fp32'))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['parameters', 'precision'],
+        message: 'a remote model is called as it is: only fp32 can be offered',
+      });
+    for (const [version, v] of Object.entries(cfg.versions))
+      if ((v.format === 'remote') !== remote)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['versions', version, 'format'],
+          message: remote ? 'versions of a remote model have format "remote"' : 'format "remote" needs engine "remote"',
+        });
     if (cfg.default_version !== undefined && !versions.includes(cfg.default_version)) {
       ctx.addIssue({ code: 'custom', message: `default_version "${cfg.default_version}" is not in versions` });
     }

@@ -34,6 +34,7 @@ export function readModelDir(dir: string): ModelSource {
   }
   const config = parseModelConfig(raw, configPath);
   for (const [version, v] of Object.entries(config.versions)) {
+    if (v.format === 'remote') continue; // served elsewhere: nothing on disk
     const file = versionFile(abs, version, v.file);
     if (!existsSync(file)) {
       throw tgError('INVALID_CONFIG', `${configPath}: version ${version} names ${v.file}, but ${file} does not exist`, {

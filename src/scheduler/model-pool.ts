@@ -49,7 +49,8 @@ interface Slot {
 }
 
 /** Errors caused by one request's data: a batch that fails with one is retried request by request. */
-const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND']);
+// REMOTE_ERROR: a remote endpoint that refuses a batched call may be refusing one request's data.
+const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND', 'REMOTE_ERROR']);
 /** Restart attempts after a crash before an instance that cannot load again is given up. */
 const MAX_RESTART_ATTEMPTS = 3;
 const RESTART_BACKOFF_MS = [100, 500, 2000];

@@ -63,7 +63,7 @@ export class TorchInstance implements EngineInstance {
     worker.onExitOnce((err) => this.onWorkerExit(err));
     const hello = await worker.hello;
     const v = config.versions[version];
-    if (!v) throw new Error(`version ${version} missing from config`);
+    if (!v || v.format === 'remote') throw new Error(`version ${version} of ${config.name} is not a local model file`);
     const model: LoadRequestModel = {
       name: config.name,
       version,

@@ -44,11 +44,11 @@ test('an invalid config lists every problem in one INVALID_CONFIG error', () => 
       /versions\.1\.file.*inside the version folder/,
       file,
     );
-  assert.equal(
+  assert.deepEqual(
     parseModelConfig({ ...raw, versions: { '1': { format: 'torchscript', file: 'weights/model.pt' } } }, 'c').versions[
       '1'
-    ]?.file,
-    'weights/model.pt',
+    ],
+    { format: 'torchscript', file: 'weights/model.pt' },
   );
   // Cross-field checks run once each field is valid on its own.
   assert.throws(() => parseModelConfig({ ...raw, default_version: '7' }, 'cfg.json'), /default_version "7"/);
