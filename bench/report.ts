@@ -18,6 +18,7 @@ import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
 import { renderOip } from './oip/render.js';
 import { renderPeers } from './peers/render.js';
+import { renderRemote } from './remote/render.js';
 import { renderShmMap } from './shm-map/render.js';
 import { renderSoak } from './soak/render.js';
 import { renderTraining } from './training/render.js';
@@ -52,6 +53,7 @@ const RENDERERS: Record<string, Renderer> = {
   peers: renderPeers,
   soak: renderSoak,
   workflows: renderWorkflows,
+  remote: renderRemote,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -98,6 +100,7 @@ function main(): void {
     'bash bench/peers/run.sh                               # set-up + about 10 minutes on 2 cores',
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
+    'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

@@ -1,5 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { Agent } from 'node:http';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
 import { distribution, round } from '../mcp-overhead/stats.js';
 import { type Prepared, post } from '../oip/requests.js';
 
@@ -139,11 +141,48 @@ export async function stopAll(): Promise<void> {
 export async function waitHealthy(base: string, path: string, timeoutMs = 120_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const ok = await fetch(`${base}${path}`)
+    // Each poll is bounded: a server still starting may take a connection and not answer it.
+    const ok = await fetch(`${base}${path}`, { signal: AbortSignal.timeout(2000) })
       .then((r) => r.status === 200)
       .catch(() => false);
     if (ok) return;
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`nothing answered ${base}${path}`);
+}
+
+/**
+ * Starts `tensorgate serve --http 0` over a model repository in `work` (registry and audit log
+ * there too) and resolves with its root URL once `ready` matches its output: the default waits for
+ * the URL line, printed before models load; pass the `ready:` line's pattern to wait for them.
+ */
+export async function startTensorgate(
+  root: string,
+  models: string,
+  work: string,
+  ready = /at (http:\/\/[\d.]+:\d+)\/mcp/,
+): Promise<{ child: ChildProcess; base: string }> {
+  const { child, match } = await startProcess(
+    process.execPath,
+    [join(root, 'bin/tensorgate.js'), '--models', models, '--registry', join(work, 'r.db')].concat([
+      '--audit-log',
+      join(work, 'audit.jsonl'),
+      'serve',
+      '--http',
+      '0',
+    ]),
+    root,
+    ready,
+  );
+  return { child, base: match[1] as string };
+}
+
+/** A TCP port free on loopback now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
 }

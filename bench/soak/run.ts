@@ -19,7 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildDemoModels, makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
-import { startProcess, stopProcess, waitHealthy } from '../peers/harness.js';
+import { startTensorgate, stopProcess, waitHealthy } from '../peers/harness.js';
 import type { SoakFile } from './render.js';
 import { runSoak } from './soak.js';
 
@@ -45,19 +45,12 @@ async function main(): Promise<void> {
   config.resources = { ...config.resources, instances: Number(opts.instances) };
   writeFileSync(configPath, JSON.stringify(config));
 
-  const { child, match } = await startProcess(
-    process.execPath,
-    [join(ROOT, 'bin/tensorgate.js'), '--models', join(work, 'models'), '--registry', join(work, 'r.db')].concat([
-      '--audit-log',
-      join(work, 'audit.jsonl'),
-      'serve',
-      '--http',
-      '0',
-    ]),
+  const { child, base } = await startTensorgate(
     ROOT,
+    join(work, 'models'),
+    work,
     /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/,
   );
-  const base = match[1] as string;
   try {
     await waitHealthy(base, `/v2/models/${variant.registered_as}/ready`);
     const body = Buffer.from(

@@ -28,7 +28,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import { buildDemoModels } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, round } from '../mcp-overhead/stats.js';
-import { startProcess, stopProcess, waitHealthy } from '../peers/harness.js';
+import { startTensorgate, stopProcess, waitHealthy } from '../peers/harness.js';
 import type { WorkflowScenario, WorkflowsFile } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -99,19 +99,7 @@ function image(object: boolean): { b64: string; shape: number[] } {
 async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), 'tg-bench-workflows-'));
   const repo = repository(work);
-  const { child, match } = await startProcess(
-    process.execPath,
-    [join(ROOT, 'bin/tensorgate.js'), '--models', repo, '--registry', join(work, 'r.db')].concat([
-      '--audit-log',
-      join(work, 'audit.jsonl'),
-      'serve',
-      '--http',
-      '0',
-    ]),
-    ROOT,
-    /at (http:\/\/[\d.]+:\d+)\/mcp/,
-  );
-  const base = match[1] as string;
+  const { child, base } = await startTensorgate(ROOT, repo, work);
   const client = new Client({ name: 'bench-workflows', version: '0' });
   try {
     for (const m of ['image-preprocess', 'object-detector', 'image-classifier', 'detection-fusion', 'adder'])

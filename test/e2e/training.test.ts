@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { freePort } from '../../bench/peers/harness.js';
 import { RunFileHandle } from '../../src/training/run-file.js';
 import {
   call,
@@ -52,15 +52,6 @@ function controlVersion(runId: string): number {
   } finally {
     handle.close();
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const probe = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number };
-      probe.close(() => resolve(port));
-    });
-  });
 }
 
 before(async () => {

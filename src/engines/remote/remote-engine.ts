@@ -123,7 +123,7 @@ function shapesFit(local: number[], remote: number[]): boolean {
   return local.length === remote.length && local.every((d, i) => d === -1 || remote[i] === -1 || d === remote[i]);
 }
 
-/** Every local input and output must exist remotely with the same datatype and a shape that fits. */
+/** Every local input and output the remote declares must exist there with the same datatype and a shape that fits. */
 function checkMetadata(config: ModelConfig, metadata: RemoteMetadata, endpoint: string): void {
   const problems: string[] = [];
   const compare = (kind: 'input' | 'output', local: TensorSpec[], remote: RemoteTensorSpec[]) => {
@@ -139,8 +139,10 @@ function checkMetadata(config: ModelConfig, metadata: RemoteMetadata, endpoint: 
         problems.push(`${kind} "${spec.name}" has shape [${other.shape}] remotely, [${spec.shape}] here`);
     }
   };
-  compare('input', config.inputs, metadata.inputs);
-  compare('output', config.outputs, metadata.outputs);
+  // A side the remote leaves empty (KServe's custom models declare none) cannot be checked: the
+  // calls themselves will tell. A side it declares must agree.
+  if (metadata.inputs.length > 0) compare('input', config.inputs, metadata.inputs);
+  if (metadata.outputs.length > 0) compare('output', config.outputs, metadata.outputs);
   // Inputs the remote needs and this config does not send would fail every call.
   for (const r of metadata.inputs)
     if (!config.inputs.some((s) => s.name === r.name))
