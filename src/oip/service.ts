@@ -101,7 +101,8 @@ export const WORKFLOW_VERSION = '1';
 
 /** A name OIP v2 serves: a model, else a registered workflow. */
 export function isWorkflow(gateway: Gateway, name: string): boolean {
-  return !gateway.registry.has(name) && gateway.workflows.has(name);
+  // The in-memory catalogue first: a model's request (the common case) never reaches the registry.
+  return gateway.workflows.has(name) && !gateway.registry.has(name);
 }
 
 /** What the access check of a /v2/models/NAME route is about. */

@@ -1,5 +1,5 @@
 import type { DType } from './dtype.js';
-import type { Tensor } from './tensor.js';
+import { makeTensor, type Tensor } from './tensor.js';
 
 /**
  * Input tensor bytes that are written straight into their destination once it is known: a
@@ -37,4 +37,12 @@ export function reshapeSource(source: TensorSource, shape: number[]): TensorSour
     ...(source.data ? { data: source.data } : {}),
     fill: (target) => source.fill(target),
   };
+}
+
+/** The tensor itself: the bytes already in memory, or read (decoded, loaded) into a buffer of its own. */
+export function readSource(source: TensorSource): Tensor {
+  if (source.data) return makeTensor(source.dtype, source.shape, source.data);
+  const data = Buffer.allocUnsafe(source.byteLength);
+  source.fill(data);
+  return makeTensor(source.dtype, source.shape, data);
 }

@@ -8,8 +8,7 @@ import { type DecodedInput, decodeInputs } from '../requests/decode-inputs.js';
 import { TENSOR_INPUT_FORMS } from '../requests/inference-request.js';
 import { timeoutMs, topK } from '../requests/parameters.js';
 import { type OutputResult, presentOutput } from '../requests/present-output.js';
-import { tensorSource } from '../tensor/source.js';
-import { makeTensor, type Tensor } from '../tensor/tensor.js';
+import { readSource, tensorSource } from '../tensor/source.js';
 import type { WorkflowPlan } from './definition.js';
 import {
   type BranchRecord,
@@ -94,7 +93,7 @@ export async function executeWorkflowRequest(
   const k = topK(params.top_k);
   const timeout = timeoutMs(params.timeout_ms) ?? plan.definition.timeout_ms ?? gateway.config.defaultTimeoutMs;
   const requestId = request.request_id ?? randomUUID();
-  const inputs = new Map(request.decode(plan.definition.inputs).map((d) => [d.name, materialize(d.tensor)]));
+  const inputs = new Map(request.decode(plan.definition.inputs).map((d) => [d.name, readSource(d.tensor)]));
   const decodeMs = performance.now() - start;
   const run = await executeWorkflow(plan, inputs, stageCaller(gateway, options), {
     timeoutMs: timeout,
@@ -171,13 +170,6 @@ function stageCaller(gateway: Gateway, options: InferOptions): StageCaller {
     },
   };
   return caller;
-}
-
-function materialize(source: ReturnType<typeof decodeInputs>[number]['tensor']): Tensor {
-  if (source.data) return makeTensor(source.dtype, source.shape, source.data);
-  const data = Buffer.allocUnsafe(source.byteLength);
-  source.fill(data);
-  return makeTensor(source.dtype, source.shape, data);
 }
 
 /** Class labels of the model output a workflow output came from, for top-k summaries. */

@@ -43,6 +43,15 @@ export interface RemoteMetadata {
 const HEADER_LENGTH = 'inference-header-content-length';
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
 
+/** One HTTP request to the endpoint. */
+interface Outgoing {
+  method: 'GET' | 'POST';
+  url: string;
+  body?: Buffer;
+  headers?: Record<string, string>;
+  signal?: AbortSignal | undefined;
+}
+
 interface Reply {
   status: number;
   headers: http.IncomingHttpHeaders;
@@ -66,7 +75,7 @@ export class OipClient {
   }
 
   async metadata(): Promise<RemoteMetadata> {
-    const reply = await this.send('GET', this.base, undefined, {}, undefined);
+    const reply = await this.send({ method: 'GET', url: this.base });
     if (reply.status !== 200) throw this.replyError(reply, 'metadata');
     const json = this.json(reply.body, 'metadata') as Partial<RemoteMetadata>;
     if (!Array.isArray(json.inputs) || !Array.isArray(json.outputs))
@@ -75,14 +84,14 @@ export class OipClient {
   }
 
   async ready(): Promise<boolean> {
-    const reply = await this.send('GET', `${this.base}/ready`, undefined, {}, undefined);
+    const reply = await this.send({ method: 'GET', url: `${this.base}/ready` });
     return reply.status === 200;
   }
 
   /** One inference; the outputs in the order asked for. */
   async infer(inputs: NamedTensor[], outputs: string[], signal?: AbortSignal): Promise<NamedTensor[]> {
     const { body, headers } = this.encode(inputs, outputs);
-    const reply = await this.send('POST', `${this.base}/infer`, body, headers, signal);
+    const reply = await this.send({ method: 'POST', url: `${this.base}/infer`, body, headers, signal });
     if (reply.status !== 200) throw this.replyError(reply, 'infer');
     return this.decode(reply, outputs);
   }
@@ -192,32 +201,20 @@ export class OipClient {
   }
 
   /** One request, retried with backoff while its failures are worth retrying. */
-  private async send(
-    method: 'GET' | 'POST',
-    url: string,
-    body: Buffer | undefined,
-    headers: Record<string, string>,
-    signal: AbortSignal | undefined,
-  ): Promise<Reply> {
+  private async send(outgoing: Outgoing): Promise<Reply> {
     for (let attempt = 0; ; attempt++) {
       try {
-        const reply = await this.once(method, url, body, headers, signal);
+        const reply = await this.once(outgoing);
         if (!RETRYABLE_STATUS.has(reply.status) || attempt >= this.opts.retries) return reply;
       } catch (err) {
         const error = asTensorgateError(err);
         if (error.code !== 'REMOTE_UNAVAILABLE' || attempt >= this.opts.retries) throw error;
       }
-      await sleep(this.opts.backoffMs * 2 ** attempt, signal);
+      await sleep(this.opts.backoffMs * 2 ** attempt, outgoing.signal);
     }
   }
 
-  private once(
-    method: 'GET' | 'POST',
-    url: string,
-    body: Buffer | undefined,
-    headers: Record<string, string>,
-    signal: AbortSignal | undefined,
-  ): Promise<Reply> {
+  private once({ method, url, body, headers = {}, signal }: Outgoing): Promise<Reply> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(asTensorgateError(signal.reason));

@@ -1,7 +1,7 @@
 import { tgError } from '../../errors.js';
 import { oipDatatype } from '../../oip/datatypes.js';
 import type { ModelConfig, RemoteConfig, TensorSpec } from '../../registry/model-config.js';
-import { makeTensor } from '../../tensor/tensor.js';
+import { readSource } from '../../tensor/source.js';
 import type {
   Engine,
   EngineInstance,
@@ -93,14 +93,7 @@ class RemoteInstance implements EngineInstance {
   async infer(request: EngineRequest): Promise<EngineResponse> {
     const fillStart = performance.now();
     // Inputs already in memory go as they are; those read lazily (base64, files) are read here.
-    const inputs: NamedTensor[] = request.inputs.map(({ name, tensor }) => {
-      let data = tensor.data;
-      if (!data) {
-        data = Buffer.allocUnsafe(tensor.byteLength);
-        tensor.fill(data);
-      }
-      return { name, tensor: makeTensor(tensor.dtype, tensor.shape, data) };
-    });
+    const inputs: NamedTensor[] = request.inputs.map(({ name, tensor }) => ({ name, tensor: readSource(tensor) }));
     const sent = performance.now();
     const outputs = await this.client.infer(
       inputs,
