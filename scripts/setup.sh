@@ -2,8 +2,8 @@
 # Sets up a checkout on a fresh Debian 12 machine: PyTorch for the system Python, the Node
 # packages, the compiled CLI, and the demo models. Idempotent: steps already done are skipped.
 #   scripts/setup.sh          what serving needs
-#   scripts/setup.sh --test   also what the tests need (pytest, ruff, Chromium, the third-party MCP
-#                             checkers, tritonclient in its own venv)
+#   scripts/setup.sh --test   also what the tests need (pytest, ruff, Chromium, PostgreSQL, the
+#                             third-party MCP checkers, tritonclient in its own venv)
 #   scripts/setup.sh --bench  also what bench/peers needs (Chromium for its plot, the peers in
 #                             their own venv: bench/peers/setup-peers.sh)
 set -euo pipefail
@@ -24,6 +24,8 @@ apt_packages=()
 "$PYTHON" -c 'import cryptography' 2>/dev/null || apt_packages+=(python3-cryptography)
 if [[ $want_test == 1 ]]; then
   "$PYTHON" -c 'import pytest' 2>/dev/null || apt_packages+=(python3-pytest)
+  # The shared-registry tests start a throwaway PostgreSQL server on loopback.
+  compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || apt_packages+=(postgresql)
 fi
 if [[ $want_test == 1 || $want_bench == 1 ]]; then
   # The dashboard test drives a real headless browser (playwright-core with Debian's Chromium);

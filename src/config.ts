@@ -5,8 +5,16 @@ import { resolve } from 'node:path';
 export interface GatewayConfig {
   /** Model repository scanned at start. */
   modelsDir: string;
-  /** SQLite registry file. */
-  registryPath: string;
+  /**
+   * The registry: a SQLite file (one machine), or a `postgres://` URL that several replicas
+   * share (docs/deploy.md).
+   */
+  registry: string;
+  /**
+   * This replica's name, for several replicas on one shared registry: written with what it
+   * registers, and the host part of its tensor:// handles. Unset on a single machine.
+   */
+  replicaId?: string;
   /** Folders under which `{path: ...}` tensor inputs may be read. */
   allowedRoots: string[];
   /** Most elements accepted in a nested JSON array input. */
@@ -46,7 +54,7 @@ export function defaultRunsDir(): string {
 export function defaultConfig(cwd = process.cwd()): GatewayConfig {
   return {
     modelsDir: resolve(cwd, 'models'),
-    registryPath: resolve(cwd, '.tensorgate', 'registry.db'),
+    registry: resolve(cwd, '.tensorgate', 'registry.db'),
     allowedRoots: [resolve(cwd)],
     maxArrayElements: 1_000_000,
     maxInputBytes: 512 * 1024 * 1024,

@@ -21,6 +21,11 @@ export const ERROR_CODES = {
   PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
   FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },
   HANDLE_NOT_FOUND: { status: 404, summary: 'A tensor:// handle is unknown or has expired.' },
+  HANDLE_ELSEWHERE: {
+    status: 409,
+    summary:
+      'A tensor:// handle was made by another replica, whose memory holds it; route the session to one replica or send the tensor itself.',
+  },
   REQUEST_NOT_FOUND: {
     status: 404,
     summary: 'No recent request with that id: unknown, or older than the last 4096 of its model version.',
@@ -113,6 +118,16 @@ export const ERROR_CODES = {
   WORKFLOW_CONDITION_FAILED: {
     status: 422,
     summary: "A workflow branch condition could not be decided on this request's tensors.",
+  },
+  REGISTRY_UNAVAILABLE: {
+    status: 503,
+    summary:
+      'The shared (PostgreSQL) registry cannot be reached; loaded models keep serving, registrations wait for it to come back.',
+  },
+  REGISTRATION_CONFLICT: {
+    status: 409,
+    summary:
+      'The model or workflow is being registered by another request, or was registered again elsewhere while this registration ran.',
   },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
@@ -16,7 +17,7 @@ import { RequestWindow } from './metrics/request-window.js';
 import type { Logger } from './observability/logger.js';
 import type { Adapter, RequestObserver } from './observability/request-observer.js';
 import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
-import { Registry } from './registry/registry.js';
+import { type ModelRecord, Registry, type RegistryChange } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
@@ -133,22 +134,35 @@ export class Gateway {
   /** Registered workflows, compiled against the registered models. */
   readonly workflows: WorkflowCatalogue;
   private readonly models: ModelManager;
-  private readonly configs = new Map<string, ModelConfig>();
-  private readonly dirs = new Map<string, string>();
+  /** Registrations running now, by model name: a second one of the same name is refused. */
+  private readonly registering = new Map<string, string>();
   /** The request log and the tracer, when attached; with none, requests pay nothing for them. */
   private observers: RequestObserver[] = [];
   private closed = false;
 
-  constructor(
+  /**
+   * Opens the registry (a SQLite file, or a shared PostgreSQL database: REGISTRY_UNAVAILABLE when
+   * it cannot be reached) and builds the gateway on it. Nothing is loaded until `loadAll` or `register`.
+   */
+  static async open(config: GatewayConfig, log: Logger = () => {}): Promise<Gateway> {
+    const registry = await Registry.open(config.registry, {
+      replica: config.replicaId,
+      log: (message, fields) => log(message, fields),
+    });
+    return new Gateway(config, registry, log);
+  }
+
+  private constructor(
     readonly config: GatewayConfig,
-    private readonly log: Logger = () => {},
+    registry: Registry,
+    private readonly log: Logger,
   ) {
     const removed = sweepStaleArenas();
     if (removed.length > 0) log(`removed ${removed.length} stale shared-memory arenas`, { removed: removed.length });
     const unmapped = shmMapUnavailableReason();
     if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`, { level: 'warn' });
-    this.registry = new Registry(config.registryPath);
-    this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs);
+    this.registry = registry;
+    this.store = new TensorStore(config.storeMaxBytes, config.storeTtlMs, Date.now, config.replicaId);
     this.audit = new AuditLog(config.auditLogPath);
     this.access = AccessControl.fromFile(config.rolesFile);
     this.access.onDenied = ({ caller, permission, kind, name }) =>
@@ -179,8 +193,8 @@ export class Gateway {
       log,
       onLoaded: (name, version, { info, error }) => {
         if (info)
-          this.registry.setVersionStatus(name, version, 'ready', { loadMs: info.loadMs, warmupMs: info.warmupMs });
-        else this.registry.setVersionStatus(name, version, 'failed', { error: error?.message ?? 'unknown' });
+          void this.registry.setVersionStatus(name, version, 'ready', { loadMs: info.loadMs, warmupMs: info.warmupMs });
+        else void this.registry.setVersionStatus(name, version, 'failed', { error: error?.message ?? 'unknown' });
       },
     });
   }
@@ -201,18 +215,32 @@ export class Gateway {
    */
   async register(dir: string, actor = 'local'): Promise<ModelSummaryInfo> {
     return this.audited(actor, 'register_model', `dir:${resolve(dir)}`, async () => {
-      const { name, dir: abs, config } = this.record(dir);
-      // Workflows calling this model are checked again against its new specs.
-      this.workflows.refresh();
-      await this.models.unload(name);
-      if (config.load === 'eager') await this.loadVersions(name, abs, config);
-      return this.modelInfo(name);
+      const source = readModelDir(dir);
+      const name = source.config.name;
+      const running = this.registering.get(name);
+      if (running !== undefined)
+        throw tgError(
+          'REGISTRATION_CONFLICT',
+          `model "${name}" is being registered from ${running} by another request; retry once it has finished`,
+          { model: name },
+        );
+      this.registering.set(name, source.dir);
+      try {
+        await this.registry.upsert(name, source.dir, source.config);
+        // Workflows calling this model are checked again against its new specs.
+        this.workflows.refresh();
+        await this.models.unload(name);
+        if (source.config.load === 'eager') await this.loadVersions(name, source.dir, source.config);
+        return this.modelInfo(name);
+      } finally {
+        this.registering.delete(name);
+      }
     });
   }
 
   /** Registers a workflow folder (workflow.json or .yaml); refused with INVALID_WORKFLOW unless it compiles. */
   async registerWorkflow(dir: string, actor = 'local'): Promise<WorkflowInfo> {
-    return this.audited(actor, 'register_workflow', `dir:${resolve(dir)}`, async () => this.workflows.register(dir));
+    return this.audited(actor, 'register_workflow', `dir:${resolve(dir)}`, () => this.workflows.register(dir));
   }
 
   /** Whether a folder holds a workflow rather than a model. */
@@ -223,25 +251,48 @@ export class Gateway {
   /**
    * Registers every model already in the registry and every model folder in the repository (what
    * `serve` does). All are recorded first, so list_models shows the whole set while they load.
+   * From then on the gateway follows the registry: models registered, re-registered or removed
+   * by another process (another replica, `tensorgate register`) are loaded, reloaded or unloaded.
    */
   async loadAll(): Promise<void> {
     const dirs = new Set(this.registry.list().map((m) => m.dir));
     for (const dir of scanRepository(this.config.modelsDir)) dirs.add(dir);
-    const recorded = [];
+    const recorded: ModelRecord[] = [];
     for (const dir of dirs) {
       try {
-        recorded.push(this.record(dir));
+        const source = readModelDir(dir);
+        // `sync`: what is stored already is left as it is, so replicas starting together agree.
+        recorded.push(await this.registry.upsert(source.config.name, source.dir, source.config, 'sync'));
       } catch (err) {
         this.log(`could not register ${dir}: ${(err as Error).message}`, { level: 'error', dir });
       }
     }
     // Compiled against the models' declared specs: they need not be loaded yet.
-    this.workflows.loadAll(this.config.modelsDir);
+    await this.workflows.loadAll(this.config.modelsDir);
+    this.registry.onChange((change) => void this.followRegistry(change));
+    this.registry.watch();
     await Promise.all(
       recorded
         .filter(({ config }) => config.load === 'eager')
         .map(({ name, dir, config }) => this.loadVersions(name, dir, config)),
     );
+  }
+
+  /** Applies registrations made by another process: new and changed models (re)load, removed ones unload. */
+  private async followRegistry(change: RegistryChange): Promise<void> {
+    if (this.closed) return;
+    if (change.workflows.length > 0 || change.models.length > 0 || change.removed.length > 0)
+      this.workflows.followRegistry();
+    this.log('the registry changed elsewhere', { level: 'info', ...change });
+    await Promise.all([
+      ...change.removed.map((name) => this.models.unload(name, undefined, this.config.shutdownGraceMs)),
+      ...change.models.map(async (name) => {
+        if (!this.registry.has(name)) return;
+        const { dir, config } = this.registry.get(name);
+        await this.models.unload(name, undefined, this.config.shutdownGraceMs);
+        if (config.load === 'eager') await this.loadVersions(name, dir, config);
+      }),
+    ]);
   }
 
   /** Loads one version (the default when omitted) and resolves when it is ready: `load_model`. */
@@ -252,6 +303,18 @@ export class Gateway {
       await this.models.load(name, v, this.dirOf(name), config);
       return this.modelInfo(name);
     });
+  }
+
+  /**
+   * OIP v2 repository `load`, as Triton does it: when the repository holds a folder of that name,
+   * it is read again and registered (a new model, or a changed config, reaches every replica
+   * sharing the registry); otherwise the registered model's default version is loaded.
+   */
+  async loadFromRepository(name: string, actor = 'local'): Promise<ModelSummaryInfo> {
+    const dir = join(this.config.modelsDir, name);
+    // A plain folder name only (no `..`): nothing outside the repository is ever read this way.
+    if (/^[A-Za-z0-9][\w.-]*$/.test(name) && existsSync(join(dir, 'config.json'))) return this.register(dir, actor);
+    return this.loadModel(name, undefined, actor);
   }
 
   /** Unloads one version, or all of a model's: `unload_model`. Running requests finish first. */
@@ -299,14 +362,6 @@ export class Gateway {
     );
   }
 
-  private record(dir: string): { name: string; dir: string; config: ModelConfig } {
-    const source = readModelDir(dir);
-    this.registry.upsert(source.config.name, source.dir, source.config);
-    this.configs.set(source.config.name, source.config);
-    this.dirs.set(source.config.name, source.dir);
-    return { name: source.config.name, dir: source.dir, config: source.config };
-  }
-
   listModels(): ModelSummaryInfo[] {
     return this.registry.names().map((name) => this.modelInfo(name));
   }
@@ -345,12 +400,7 @@ export class Gateway {
   }
 
   modelConfig(name: string): ModelConfig {
-    let config = this.configs.get(name);
-    if (!config) {
-      config = this.registry.get(name).config;
-      this.configs.set(name, config);
-    }
-    return config;
+    return this.registry.get(name).config;
   }
 
   async infer(request: InferenceRequest, options: InferOptions = {}): Promise<InferenceResult> {
@@ -541,7 +591,7 @@ export class Gateway {
     this.training.close();
     this.gpu.stop();
     await this.models.closeAll(graceMs);
-    this.registry.close();
+    await this.registry.close();
   }
 
   /** The pool serving a version; an unloaded version starts loading and the request waits for it. */
@@ -572,12 +622,7 @@ export class Gateway {
   }
 
   private dirOf(name: string): string {
-    let dir = this.dirs.get(name);
-    if (!dir) {
-      dir = this.registry.get(name).dir;
-      this.dirs.set(name, dir);
-    }
-    return dir;
+    return this.registry.get(name).dir;
   }
 }
 

@@ -333,10 +333,10 @@ async function openGateway(key: ModelKey, variants: Variant[], workDir: string, 
   const config = {
     ...defaultConfig(workDir),
     modelsDir: join(workDir, 'none'),
-    registryPath: join(workDir, `registry-${key}-${tag}.db`),
+    registry: join(workDir, `registry-${key}-${tag}.db`),
     allowedRoots: [workDir],
   };
-  const gateway = new Gateway(config, gatewayLog);
+  const gateway = await Gateway.open(config, gatewayLog);
   try {
     for (const v of variants) {
       const info = await gateway.register(v.dir);

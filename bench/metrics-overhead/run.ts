@@ -43,11 +43,11 @@ async function main(): Promise<void> {
   const config = {
     ...defaultConfig(),
     modelsDir: join(ROOT, 'models'),
-    registryPath: join(work, 'registry.db'),
+    registry: join(work, 'registry.db'),
     runsDir: join(work, 'runs'),
     auditLogPath: join(work, 'audit.jsonl'),
   };
-  const gateway = new Gateway(config);
+  const gateway = await Gateway.open(config);
   await gateway.loadAll();
   // Attached throughout; `--log-level warn` (the level above the request record) is "off".
   const logs = createLogging({ dest: '/dev/null', level: 'warn', sync: false });

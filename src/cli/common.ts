@@ -1,12 +1,15 @@
+import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { defaultConfig, type GatewayConfig } from '../config.js';
 import { Gateway } from '../gateway.js';
 import type { LogFormat, Logger, LogLevel } from '../observability/logger.js';
+import { isPostgresUrl } from '../registry/postgres-store.js';
 import { processLogging } from './logs.js';
 
 export interface GlobalOptions {
   models: string;
   registry: string;
+  replicaId?: string;
   allowRoot: string[];
   runsDir?: string;
   auditLog?: string;
@@ -17,7 +20,11 @@ export interface GlobalOptions {
 export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}): GatewayConfig {
   const config = { ...defaultConfig(), ...overrides };
   config.modelsDir = resolve(opts.models);
-  config.registryPath = resolve(opts.registry);
+  const shared = isPostgresUrl(opts.registry);
+  config.registry = shared ? opts.registry : resolve(opts.registry);
+  // Replicas sharing a registry need distinct names; in a Kubernetes pod the host name is the pod's.
+  const replicaId = opts.replicaId ?? (shared ? hostname() : undefined);
+  if (replicaId !== undefined) config.replicaId = replicaId;
   if (opts.runsDir) config.runsDir = resolve(opts.runsDir);
   if (opts.auditLog) config.auditLogPath = resolve(opts.auditLog);
   if (opts.allowRoot.length > 0) config.allowedRoots = opts.allowRoot.map((r) => resolve(r));
@@ -29,6 +36,10 @@ export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig
 /** Progress and logs go to stderr: stdout may be the MCP stdio channel. */
 export const stderrLogger: Logger = (msg, fields) => processLogging().log(msg, fields);
 
-export function openGateway(opts: GlobalOptions, overrides: Partial<GatewayConfig> = {}, log = stderrLogger): Gateway {
-  return new Gateway(configFrom(opts, overrides), log);
+export function openGateway(
+  opts: GlobalOptions,
+  overrides: Partial<GatewayConfig> = {},
+  log = stderrLogger,
+): Promise<Gateway> {
+  return Gateway.open(configFrom(opts, overrides), log);
 }

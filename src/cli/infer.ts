@@ -22,7 +22,7 @@ export function parseInputArg(arg: string): [string, unknown] {
 }
 
 export async function runInfer(global: GlobalOptions, model: string, opts: InferOptions): Promise<void> {
-  const gateway = openGateway(global);
+  const gateway = await openGateway(global);
   try {
     // Only the requested version is loaded: the request starts its load and waits for it.
     const result = await gateway.infer({

@@ -42,7 +42,17 @@ const program = new Command()
   // Global options go before the command, so commands may reuse names such as --version.
   .enablePositionalOptions()
   .option('--models <dir>', 'model repository folder', 'models')
-  .option('--registry <file>', 'SQLite registry file', '.tensorgate/registry.db')
+  .addOption(
+    new Option('--registry <file|url>', 'registry: a SQLite file, or a postgres:// URL several replicas share')
+      .env('TENSORGATE_REGISTRY')
+      .default('.tensorgate/registry.db'),
+  )
+  .addOption(
+    new Option(
+      '--replica-id <name>',
+      "this replica's name on a shared registry; names its tensor:// handles (default: the host name)",
+    ).env('TENSORGATE_REPLICA_ID'),
+  )
   .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, [])
   .option('--runs-dir <dir>', 'training runs directory (default: $TENSORGATE_RUNS_DIR or /dev/shm/tensorgate-runs)')
   .option('--audit-log <file>', 'append-only audit log of changes', '.tensorgate/audit.jsonl')

@@ -4,7 +4,8 @@ import { configFrom, type GlobalOptions } from './common.js';
 
 /** Reads the registry only: no workers are started. */
 export async function runModels(global: GlobalOptions, opts: { json?: boolean }): Promise<void> {
-  const registry = new Registry(configFrom(global).registryPath);
+  const config = configFrom(global);
+  const registry = await Registry.open(config.registry, { replica: config.replicaId });
   try {
     const models = registry.list();
     if (opts.json) {
@@ -22,6 +23,6 @@ export async function runModels(global: GlobalOptions, opts: { json?: boolean })
       process.stdout.write(`${m.name.padEnd(24)} ${versions.padEnd(30)} ${m.config.description}\n`);
     }
   } finally {
-    registry.close();
+    await registry.close();
   }
 }

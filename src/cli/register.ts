@@ -7,7 +7,7 @@ import { Progress } from './progress.js';
 export async function runRegister(global: GlobalOptions, dir: string): Promise<void> {
   if (Gateway.isWorkflowDir(dir)) return registerWorkflow(global, dir);
   const progress = new Progress({ label: `registering ${basename(resolve(dir))}` });
-  const gateway = openGateway(global, {}, progress.wrap(stderrLogger));
+  const gateway = await openGateway(global, {}, progress.wrap(stderrLogger));
   const unwatch = watchLoading(gateway, progress);
   try {
     const info = await gateway
@@ -28,7 +28,7 @@ export async function runRegister(global: GlobalOptions, dir: string): Promise<v
 
 /** A workflow folder: compiled against the registered models and workflows, then recorded. */
 async function registerWorkflow(global: GlobalOptions, dir: string): Promise<void> {
-  const gateway = openGateway(global, {}, stderrLogger);
+  const gateway = await openGateway(global, {}, stderrLogger);
   try {
     const info = await gateway.registerWorkflow(dir, `cli:${process.env.USER ?? process.getuid?.() ?? 'unknown'}`);
     process.stdout.write(

@@ -78,7 +78,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   const security = opts.stdio && opts.grpc === undefined ? {} : networkSecurity(opts);
   // n/N models ready on a terminal's stderr while they load; log lines print above it.
   const progress = new Progress({ label: 'loading models' });
-  const gateway = openGateway(
+  const gateway = await openGateway(
     global,
     {
       maxHttpBodyBytes: Math.round(opts.maxBodyMb * 1024 * 1024),
@@ -87,6 +87,8 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     },
     progress.wrap(stderrLogger),
   );
+  if (gateway.registry.shared)
+    stderrLogger(`shared registry at ${gateway.registry.location}; this is replica ${gateway.config.replicaId}`);
   const stopObserving = await observeRequests(gateway, opts.otlpEndpoint);
   const loadAll = async () => {
     const unwatch = watchLoading(gateway, progress, 'reading the model repository');

@@ -37,6 +37,7 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
     { maxRequestBodySize },
   );
   const sessions = new Map<string, Session>();
+  const replica = gateway.config.replicaId;
 
   async function handleMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = req.method === 'POST' ? await readJson(req, res, maxRequestBodySize) : undefined;
@@ -53,11 +54,16 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
       return;
     }
     if (typeof sessionId === 'string') {
+      if (madeElsewhere(sessionId, replica)) {
+        await serveStatelessly(req, res, body);
+        return;
+      }
       jsonRpcError(res, 404, -32001, `unknown or expired session ${sessionId}; initialize a new one`);
       return;
     }
     const transport: NodeStreamableHTTPServerTransport = new NodeStreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
+      // Named after the replica, so that a replica reached with another's session can say so.
+      sessionIdGenerator: () => (replica === undefined ? randomUUID() : `${replica}.${randomUUID()}`),
       onsessioninitialized: (id) => {
         sessions.set(id, { transport, lastUsed: Date.now() });
       },
@@ -65,6 +71,18 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
     transport.onclose = () => {
       if (transport.sessionId) sessions.delete(transport.sessionId);
     };
+    await createMcpServer(gateway).connect(transport);
+    await transport.handleRequest(req, res, body);
+  }
+
+  /**
+   * A request of a session another replica opened (a round-robin balancer sent it here): served
+   * by a server of its own for this one request, as the stateless era is. What a session adds
+   * beyond that (cancelling by notification, the GET stream) stays with the replica holding it.
+   */
+  async function serveStatelessly(req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
+    const transport = new NodeStreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    res.on('close', () => void transport.close());
     await createMcpServer(gateway).connect(transport);
     await transport.handleRequest(req, res, body);
   }
@@ -121,4 +139,13 @@ function jsonRpcError(res: ServerResponse, status: number, code: number, message
   res
     .writeHead(status, { 'content-type': 'application/json' })
     .end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+}
+
+/**
+ * Whether a session id names another replica: ids are `REPLICA.UUID` when the server has a
+ * replica name (several replicas behind one address).
+ */
+function madeElsewhere(sessionId: string, replica: string | undefined): boolean {
+  const dot = sessionId.lastIndexOf('.');
+  return replica !== undefined && dot > 0 && sessionId.slice(0, dot) !== replica;
 }

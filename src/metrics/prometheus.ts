@@ -17,6 +17,7 @@ import { processUsage } from './process-usage.js';
 export interface PoolView {
   listModels(): ModelSummaryInfo[];
   poolStats(name: string, version: string): ModelPool['stats'] | undefined;
+  readonly registry: { readonly reachable: boolean };
 }
 
 const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode', 'total'] as const;
@@ -285,6 +286,14 @@ export class PrometheusMetrics {
       collect() {
         this.reset();
         for (const w of workers()) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, w.rssBytes);
+      },
+    });
+    new Gauge({
+      name: 'tensorgate_registry_up',
+      help: 'Whether the registry is reachable (0 while a shared PostgreSQL registry is down; loaded models keep serving)',
+      registers,
+      collect() {
+        this.set(pools.registry.reachable ? 1 : 0);
       },
     });
     new Gauge({

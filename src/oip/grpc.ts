@@ -262,7 +262,7 @@ export async function serveGrpc(
     RepositoryIndex: unary((_req, _call, caller) => ({ models: repositoryIndex(gateway, caller) })),
     RepositoryModelLoad: unary(async (req: { model_name: string }, call, caller) => {
       gateway.access.check(caller, 'modify', 'model', req.model_name);
-      await gateway.loadModel(req.model_name, undefined, caller?.clientId ?? `remote:${call.getPeer()}`);
+      await gateway.loadFromRepository(req.model_name, caller?.clientId ?? `remote:${call.getPeer()}`);
       return {};
     }),
     RepositoryModelUnload: unary(async (req: { model_name: string }, call, caller) => {

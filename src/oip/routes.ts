@@ -284,7 +284,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       allow(req, 'modify', 'model', model as string);
       await readBody(req, 64 * 1024);
       const actor = req.auth?.clientId ?? `remote:${req.socket.remoteAddress}`;
-      if (action === 'load') await gateway.loadModel(model as string, undefined, actor);
+      if (action === 'load') await gateway.loadFromRepository(model as string, actor);
       else await gateway.unloadModel(model as string, undefined, actor);
       send(res, 200);
     });

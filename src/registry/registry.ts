@@ -1,212 +1,239 @@
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
-import Database from 'better-sqlite3';
 import { tgError } from '../errors.js';
-import { type ModelConfig, parseModelConfig } from './model-config.js';
+import type { ModelConfig } from './model-config.js';
+import { isPostgresUrl, PostgresStore } from './postgres-store.js';
+import { SqliteStore } from './sqlite-store.js';
+import type {
+  LoadOutcome,
+  ModelRecord,
+  RegistrationMode,
+  RegistrySnapshot,
+  RegistryStore,
+  VersionStatus,
+  WorkflowRecord,
+} from './store.js';
+
+export type { ModelRecord, RegistrationMode, VersionRecord, VersionStatus, WorkflowRecord } from './store.js';
 
 /**
- * The persistent registry (SQLite, embedded): which models are registered, from which folder,
- * with which config, and the outcome of each version's last load + warm-up. Live readiness of a
- * running server is held by the engine; this table is what survives restarts.
+ * The registry as the gateway sees it: which models and workflows are registered, from which
+ * folder, with which config, and the outcome of each version's last load. Reads come from an
+ * in-memory view, so no request ever waits on the database; writes go through to the backend
+ * (SQLite by default, PostgreSQL when several replicas share one registry) and then update the
+ * view. When another process changes the backend, `refresh` brings the view up to date and
+ * tells the `onChange` listeners what moved.
  */
 
-export type VersionStatus = 'registered' | 'ready' | 'failed';
-
-export interface VersionRecord {
-  version: string;
-  status: VersionStatus;
-  error: string | null;
-  loadMs: number | null;
-  warmupMs: number | null;
-  updatedAt: string;
+export interface RegistryChange {
+  /** Models new to this view, or registered again (a new revision). */
+  models: string[];
+  /** Models no longer registered. */
+  removed: string[];
+  /** Workflows new, re-registered or removed. */
+  workflows: string[];
 }
 
-export interface ModelRecord {
-  name: string;
-  dir: string;
-  config: ModelConfig;
-  registeredAt: string;
-  versions: VersionRecord[];
-}
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS models (
-  name TEXT PRIMARY KEY,
-  dir TEXT NOT NULL,
-  config TEXT NOT NULL,
-  registered_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS versions (
-  model TEXT NOT NULL REFERENCES models(name) ON DELETE CASCADE,
-  version TEXT NOT NULL,
-  status TEXT NOT NULL,
-  error TEXT,
-  load_ms REAL,
-  warmup_ms REAL,
-  updated_at TEXT NOT NULL,
-  PRIMARY KEY (model, version)
-);
-CREATE TABLE IF NOT EXISTS workflows (
-  name TEXT PRIMARY KEY,
-  dir TEXT NOT NULL,
-  definition TEXT NOT NULL,
-  registered_at TEXT NOT NULL
-);
-`;
-
-/** A registered workflow: its folder and the definition it was registered with. */
-export interface WorkflowRecord {
-  name: string;
-  dir: string;
-  definition: unknown;
-  registeredAt: string;
-}
-
-interface ModelRow {
-  name: string;
-  dir: string;
-  config: string;
-  registered_at: string;
-}
-interface VersionRow {
-  model: string;
-  version: string;
-  status: VersionStatus;
-  error: string | null;
-  load_ms: number | null;
-  warmup_ms: number | null;
-  updated_at: string;
+export interface RegistryOptions {
+  /** This process's replica name, recorded with what it writes. */
+  replica?: string | undefined;
+  log?: (message: string, fields: Record<string, unknown>) => void;
 }
 
 export class Registry {
-  private readonly db: Database.Database;
+  private models = new Map<string, ModelRecord>();
+  private workflows = new Map<string, WorkflowRecord>();
+  private readonly listeners: ((change: RegistryChange) => void)[] = [];
+  /** Local writes so far: a refresh that started before one of them must not overwrite it. */
+  private writes = 0;
+  private refreshing: Promise<void> | undefined;
+  private refreshAgain = false;
+  private connected = true;
 
-  constructor(path: string) {
-    if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
-    this.db = new Database(path);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('foreign_keys = ON');
-    this.db.exec(SCHEMA);
+  private constructor(
+    private readonly store: RegistryStore,
+    private readonly options: RegistryOptions,
+  ) {}
+
+  /** Opens a SQLite file or a `postgres://` URL and reads the whole registry into memory. */
+  static async open(location: string, options: RegistryOptions = {}): Promise<Registry> {
+    const store = isPostgresUrl(location) ? await PostgresStore.open(location) : new SqliteStore(location);
+    const registry = new Registry(store, options);
+    try {
+      registry.apply(await store.snapshot());
+    } catch (err) {
+      await store.close();
+      throw err;
+    }
+    return registry;
   }
 
-  /** Records a model and its versions as registered (not yet proven loadable). Re-registering replaces the config. */
-  upsert(name: string, dir: string, config: ModelConfig): void {
-    const now = new Date().toISOString();
-    const tx = this.db.transaction(() => {
-      this.db
-        .prepare(
-          `INSERT INTO models (name, dir, config, registered_at) VALUES (?, ?, ?, ?)
-           ON CONFLICT(name) DO UPDATE SET dir = excluded.dir, config = excluded.config`,
-        )
-        .run(name, dir, JSON.stringify(config), now);
-      const versions = Object.keys(config.versions);
-      this.db
-        .prepare(`DELETE FROM versions WHERE model = ? AND version NOT IN (${versions.map(() => '?').join(',')})`)
-        .run(name, ...versions);
-      const insert = this.db.prepare(
-        `INSERT INTO versions (model, version, status, updated_at) VALUES (?, ?, 'registered', ?)
-         ON CONFLICT(model, version) DO UPDATE SET status = 'registered', error = NULL, updated_at = excluded.updated_at`,
-      );
-      for (const v of versions) insert.run(name, v, now);
-    });
-    tx();
+  /** Where the registry lives (no password), and whether other replicas share it. */
+  get location(): string {
+    return this.store.location;
   }
 
-  setVersionStatus(
-    name: string,
-    version: string,
-    status: VersionStatus,
-    info: { error?: string; loadMs?: number; warmupMs?: number } = {},
-  ): void {
-    this.db
-      .prepare(
-        `UPDATE versions SET status = ?, error = ?, load_ms = ?, warmup_ms = ?, updated_at = ? WHERE model = ? AND version = ?`,
-      )
-      .run(
-        status,
-        info.error ?? null,
-        info.loadMs ?? null,
-        info.warmupMs ?? null,
-        new Date().toISOString(),
-        name,
-        version,
-      );
+  get shared(): boolean {
+    return this.store.shared;
   }
 
-  remove(name: string): boolean {
-    return this.db.prepare('DELETE FROM models WHERE name = ?').run(name).changes > 0;
-  }
-
-  get(name: string): ModelRecord {
-    const row = this.db.prepare('SELECT * FROM models WHERE name = ?').get(name) as ModelRow | undefined;
-    if (!row)
-      throw tgError('MODEL_NOT_FOUND', `no model "${name}" is registered; list them with list_models`, { name });
-    return this.toRecord(row);
+  /** False while a shared registry's connection is down (what this view holds may be stale). */
+  get reachable(): boolean {
+    return this.connected;
   }
 
   has(name: string): boolean {
-    return this.db.prepare('SELECT 1 FROM models WHERE name = ?').get(name) !== undefined;
+    return this.models.has(name);
+  }
+
+  get(name: string): ModelRecord {
+    const record = this.models.get(name);
+    if (!record)
+      throw tgError('MODEL_NOT_FOUND', `no model "${name}" is registered; list them with list_models`, { name });
+    return record;
   }
 
   names(): string[] {
-    return (this.db.prepare('SELECT name FROM models ORDER BY name').all() as { name: string }[]).map((r) => r.name);
+    return [...this.models.keys()].sort();
   }
 
   list(): ModelRecord[] {
-    const rows = this.db.prepare('SELECT * FROM models ORDER BY name').all() as ModelRow[];
-    return rows.map((r) => this.toRecord(r));
-  }
-
-  /** Records a workflow; re-registering replaces its definition. */
-  upsertWorkflow(name: string, dir: string, definition: unknown): void {
-    this.db
-      .prepare(
-        `INSERT INTO workflows (name, dir, definition, registered_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT(name) DO UPDATE SET dir = excluded.dir, definition = excluded.definition`,
-      )
-      .run(name, dir, JSON.stringify(definition), new Date().toISOString());
-  }
-
-  removeWorkflow(name: string): boolean {
-    return this.db.prepare('DELETE FROM workflows WHERE name = ?').run(name).changes > 0;
+    return this.names().map((name) => this.models.get(name) as ModelRecord);
   }
 
   listWorkflows(): WorkflowRecord[] {
-    const rows = this.db.prepare('SELECT * FROM workflows ORDER BY name').all() as {
-      name: string;
-      dir: string;
-      definition: string;
-      registered_at: string;
-    }[];
-    return rows.map((r) => ({
-      name: r.name,
-      dir: r.dir,
-      definition: JSON.parse(r.definition) as unknown,
-      registeredAt: r.registered_at,
-    }));
+    return [...this.workflows.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
   }
 
-  close(): void {
-    this.db.close();
+  /**
+   * Records a model and its versions as registered (not yet proven loadable). `replace` refuses
+   * with REGISTRATION_CONFLICT when another process registered the name since this view last saw it.
+   */
+  async upsert(
+    name: string,
+    dir: string,
+    config: ModelConfig,
+    mode: RegistrationMode = 'replace',
+  ): Promise<ModelRecord> {
+    const record = await this.store.registerModel({
+      name,
+      dir,
+      body: config,
+      mode,
+      expected: this.models.get(name)?.revision ?? null,
+      replica: this.options.replica ?? null,
+    });
+    this.writes++;
+    this.models.set(name, record);
+    return record;
   }
 
-  private toRecord(row: ModelRow): ModelRecord {
-    const versions = (this.db.prepare('SELECT * FROM versions WHERE model = ?').all(row.name) as VersionRow[])
-      .map((v) => ({
-        version: v.version,
-        status: v.status,
-        error: v.error,
-        loadMs: v.load_ms,
-        warmupMs: v.warmup_ms,
-        updatedAt: v.updated_at,
-      }))
-      .sort((a, b) => Number(a.version) - Number(b.version));
-    return {
-      name: row.name,
-      dir: row.dir,
-      config: parseModelConfig(JSON.parse(row.config), `registry entry ${row.name}`),
-      registeredAt: row.registered_at,
-      versions,
+  async upsertWorkflow(
+    name: string,
+    dir: string,
+    definition: unknown,
+    mode: RegistrationMode = 'replace',
+  ): Promise<WorkflowRecord> {
+    const record = await this.store.registerWorkflow({
+      name,
+      dir,
+      body: definition,
+      mode,
+      expected: this.workflows.get(name)?.revision ?? null,
+      replica: this.options.replica ?? null,
+    });
+    this.writes++;
+    this.workflows.set(name, record);
+    return record;
+  }
+
+  /**
+   * Records a version's load outcome. Best effort: the outcome is also held live by the engine,
+   * so a registry that cannot be written is logged, never an error for the load itself.
+   */
+  async setVersionStatus(name: string, version: string, status: VersionStatus, outcome: LoadOutcome = {}) {
+    try {
+      await this.store.setVersionStatus(name, version, status, outcome, this.options.replica ?? null);
+    } catch (err) {
+      this.options.log?.(`could not record ${name}@${version} as ${status}: ${(err as Error).message}`, {
+        level: 'warn',
+        model: name,
+        version,
+      });
+    }
+  }
+
+  /** Calls `listener` after each refresh that found changes made by another process. */
+  onChange(listener: (change: RegistryChange) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /** Starts following changes made by other processes (a server does; one-shot CLI commands do not). */
+  watch(): void {
+    this.store.watch(
+      () => void this.refresh(),
+      (up, error) => {
+        if (up === this.connected) return;
+        this.connected = up;
+        this.options.log?.(
+          up
+            ? `the registry at ${this.location} is reachable again`
+            : `lost the registry at ${this.location} (${error?.message}); loaded models keep serving, reconnecting`,
+          { level: up ? 'info' : 'warn', registry: this.location },
+        );
+      },
+    );
+  }
+
+  /** Reads the backend again and applies what changed; overlapping calls coalesce into one more pass. */
+  refresh(): Promise<void> {
+    if (this.refreshing) {
+      this.refreshAgain = true;
+      return this.refreshing;
+    }
+    this.refreshing = (async () => {
+      do {
+        this.refreshAgain = false;
+        const writes = this.writes;
+        let snapshot: RegistrySnapshot;
+        try {
+          snapshot = await this.store.snapshot();
+        } catch (err) {
+          this.options.log?.(`could not refresh the registry: ${(err as Error).message}`, { level: 'warn' });
+          return;
+        }
+        // A local write landed while the snapshot was read: it may predate the write, so read again.
+        if (writes !== this.writes) {
+          this.refreshAgain = true;
+          continue;
+        }
+        const change = this.apply(snapshot);
+        if (change.models.length + change.removed.length + change.workflows.length > 0)
+          for (const listener of this.listeners) listener(change);
+      } while (this.refreshAgain);
+    })().finally(() => {
+      this.refreshing = undefined;
+    });
+    return this.refreshing;
+  }
+
+  async close(): Promise<void> {
+    await this.refreshing;
+    await this.store.close();
+  }
+
+  /** Replaces the view with a snapshot and says what differs (by revision) from the view it replaces. */
+  private apply(snapshot: RegistrySnapshot): RegistryChange {
+    const models = new Map(snapshot.models.map((m) => [m.name, m]));
+    const workflows = new Map(snapshot.workflows.map((w) => [w.name, w]));
+    const change: RegistryChange = {
+      models: snapshot.models.filter((m) => this.models.get(m.name)?.revision !== m.revision).map((m) => m.name),
+      removed: [...this.models.keys()].filter((name) => !models.has(name)),
+      workflows: [
+        ...snapshot.workflows.filter((w) => this.workflows.get(w.name)?.revision !== w.revision).map((w) => w.name),
+        ...[...this.workflows.keys()].filter((name) => !workflows.has(name)),
+      ],
     };
+    this.models = models;
+    this.workflows = workflows;
+    return change;
   }
 }

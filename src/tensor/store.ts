@@ -36,10 +36,16 @@ export class TensorStore {
   private readonly entries = new Map<string, StoredTensor>();
   private bytes = 0;
 
+  /**
+   * With a `replica` name (several replicas behind one address), ids are `REPLICA.RANDOM`, so a
+   * replica handed another's handle can say where it lives (HANDLE_ELSEWHERE) instead of
+   * claiming it expired. docs/deploy.md argues for this over a store shared between replicas.
+   */
   constructor(
     private readonly maxBytes: number,
     private readonly ttlMs: number,
     private readonly now: () => number = Date.now,
+    private readonly replica?: string,
   ) {}
 
   get usedBytes(): number {
@@ -56,7 +62,8 @@ export class TensorStore {
     while (this.bytes + size > this.maxBytes && this.entries.size > 0) {
       this.delete(this.entries.keys().next().value as string);
     }
-    const id = randomBytes(9).toString('base64url');
+    const random = randomBytes(9).toString('base64url');
+    const id = this.replica === undefined ? random : `${this.replica}.${random}`;
     const createdAt = this.now();
     const entry: StoredTensor = {
       id,
@@ -76,6 +83,7 @@ export class TensorStore {
   get(uriOrId: string): StoredTensor {
     const id = uriOrId.startsWith(TENSOR_URI_PREFIX) ? uriOrId.slice(TENSOR_URI_PREFIX.length) : uriOrId;
     const entry = this.entries.get(id);
+    if (!entry) this.checkOwner(id);
     if (!entry || entry.expiresAt <= this.now()) {
       if (entry) this.delete(id);
       throw tgError(
@@ -86,6 +94,21 @@ export class TensorStore {
       );
     }
     return entry;
+  }
+
+  /** HANDLE_ELSEWHERE for an id another replica made (random parts never hold a dot). */
+  private checkOwner(id: string): void {
+    const dot = id.lastIndexOf('.');
+    if (dot <= 0) return;
+    const owner = id.slice(0, dot);
+    if (owner === this.replica) return;
+    throw tgError(
+      'HANDLE_ELSEWHERE',
+      `${TENSOR_URI_PREFIX}${id} was made by replica ${owner}, and this request reached replica ${this.replica ?? '(unnamed)'}; ` +
+        'a handle lives in the memory of the replica that made it. Keep a session on one replica ' +
+        '(the load balancer routes on the Mcp-Session-Id header or the client address), or send the tensor itself (b64 or path)',
+      { handle: `${TENSOR_URI_PREFIX}${id}`, replica: owner, here: this.replica ?? null },
+    );
   }
 
   list(): StoredTensor[] {

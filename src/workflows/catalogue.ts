@@ -87,7 +87,7 @@ export class WorkflowCatalogue {
    * Registers every workflow already in the registry and every workflow folder in the repository,
    * then compiles them all; one that does not compile is logged and listed as invalid.
    */
-  loadAll(repository?: string): void {
+  async loadAll(repository?: string): Promise<void> {
     this.loaded = true;
     const dirs = new Set(this.registry.listWorkflows().map((w) => w.dir));
     if (repository !== undefined) for (const dir of scanWorkflows(repository)) dirs.add(dir);
@@ -95,7 +95,7 @@ export class WorkflowCatalogue {
       try {
         const { definition } = readWorkflowDir(dir);
         this.entries.set(definition.name, { dir, definition });
-        this.registry.upsertWorkflow(definition.name, dir, definition);
+        await this.registry.upsertWorkflow(definition.name, dir, definition, 'sync');
       } catch (err) {
         this.log(`could not register workflow ${dir}: ${(err as Error).message}`, { dir });
       }
@@ -106,10 +106,10 @@ export class WorkflowCatalogue {
   }
 
   /** Registers (or replaces) one workflow folder; refuses it, unchanged, unless it compiles. */
-  register(dir: string): WorkflowInfo {
+  async register(dir: string): Promise<WorkflowInfo> {
     const { dir: abs, definition } = readWorkflowDir(dir);
     // A process that did not load the registry yet (the CLI) still sees the workflows this one may call.
-    if (!this.loaded) this.loadAll();
+    if (!this.loaded) await this.loadAll();
     const previous = this.entries.get(definition.name);
     this.entries.set(definition.name, { dir: abs, definition });
     this.compileAll();
@@ -121,8 +121,35 @@ export class WorkflowCatalogue {
       this.compileAll();
       throw error;
     }
-    this.registry.upsertWorkflow(definition.name, abs, definition);
+    try {
+      await this.registry.upsertWorkflow(definition.name, abs, definition);
+    } catch (err) {
+      // Not recorded (the registry is unreachable, or the name was registered elsewhere meanwhile).
+      if (previous) this.entries.set(definition.name, previous);
+      else this.entries.delete(definition.name);
+      this.compileAll();
+      throw err;
+    }
     return this.info(definition.name);
+  }
+
+  /**
+   * Takes the workflows as the registry now holds them (another process registered one) and
+   * compiles every workflow again, the models they call having possibly changed too.
+   */
+  followRegistry(): void {
+    this.entries.clear();
+    for (const record of this.registry.listWorkflows()) {
+      try {
+        const definition = parseWorkflowDefinition(record.definition, `registry entry ${record.name}`);
+        this.entries.set(record.name, { dir: record.dir, definition });
+      } catch (err) {
+        this.log(`could not take workflow "${record.name}" from the registry: ${(err as Error).message}`, {
+          workflow: record.name,
+        });
+      }
+    }
+    this.compileAll();
   }
 
   /** Compiles every workflow again: after a model was registered, changed or removed. */

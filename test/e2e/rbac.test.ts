@@ -244,11 +244,16 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
       .trim()
       .split('\n')
       .map((l) => JSON.parse(l) as Record<string, unknown>)
-      .filter((e) => e.action === 'load_model' || e.action === 'unload_model');
-    // MCP load_model, OIP REST load and gRPC RepositoryModelLoad: one entry each, by the admin.
+      .filter((e) => ['load_model', 'register_model', 'unload_model'].includes(e.action as string));
+    // MCP load_model loads; OIP REST load and gRPC RepositoryModelLoad register the repository's
+    // folder again, as Triton does: one entry each, by the admin.
     const loads = done.filter((e) => e.action === 'load_model');
-    assert.equal(loads.length, 3, JSON.stringify(loads));
-    for (const e of loads) assert.deepEqual([e.actor, e.target, e.outcome], [adminId, 'model:adder@1', 'ok']);
+    assert.equal(loads.length, 1, JSON.stringify(loads));
+    assert.deepEqual([loads[0]?.actor, loads[0]?.target, loads[0]?.outcome], [adminId, 'model:adder@1', 'ok']);
+    const registrations = done.filter((e) => e.action === 'register_model');
+    assert.equal(registrations.length, 2, JSON.stringify(registrations));
+    for (const e of registrations)
+      assert.deepEqual([e.actor, e.target, e.outcome], [adminId, `dir:${join(served.work, 'models', 'adder')}`, 'ok']);
     assert.ok(done.some((e) => e.action === 'unload_model' && e.target === 'model:row_sum' && e.actor === adminId));
   });
 

@@ -64,9 +64,9 @@ describe('stopping the server', { timeout: 120_000 }, () => {
     await exited;
     assert.ok(arenasOf(pid).length > 0, 'a killed server cannot clean up');
     const work = mkdtempSync(join(tmpdir(), 'tg-sweep-'));
-    const next = new Gateway({
+    const next = await Gateway.open({
       ...defaultConfig(work),
-      registryPath: join(work, 'r.db'),
+      registry: join(work, 'r.db'),
       modelsDir: join(work, 'none'),
     });
     assert.deepEqual(arenasOf(pid), []);

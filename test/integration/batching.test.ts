@@ -40,7 +40,11 @@ describe('dynamic batching', { timeout: 300_000 }, () => {
   before(async () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-batch-'));
-    gateway = new Gateway({ ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') });
+    gateway = await Gateway.open({
+      ...defaultConfig(work),
+      registry: join(work, 'r.db'),
+      modelsDir: join(work, 'none'),
+    });
     await gateway.register(
       withBatching('sleepy', 'sleepy-batched', { max_batch_size: 8, max_queue_delay_us: 200_000 }),
     );

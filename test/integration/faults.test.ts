@@ -34,7 +34,11 @@ describe('faults', { timeout: 300_000 }, () => {
   before(async () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-faults-'));
-    gateway = new Gateway({ ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') });
+    gateway = await Gateway.open({
+      ...defaultConfig(work),
+      registry: join(work, 'r.db'),
+      modelsDir: join(work, 'none'),
+    });
     await gateway.register(variant('sleepy', 'sleepy-q2', (c) => Object.assign(c, { max_queue_size: 2 })));
     await gateway.register(variant('sleepy', 'sleepy-idem', (c) => Object.assign(c, { idempotent: true })));
   });
@@ -167,9 +171,9 @@ describe('shutdown', { timeout: 120_000 }, () => {
   it('finishes running requests within the grace period, then leaves no shared memory behind', async () => {
     const models = ensureTestModels();
     const work = mkdtempSync(join(tmpdir(), 'tg-stop-'));
-    const gateway = new Gateway({
+    const gateway = await Gateway.open({
       ...defaultConfig(work),
-      registryPath: join(work, 'r.db'),
+      registry: join(work, 'r.db'),
       modelsDir: join(work, 'none'),
     });
     await gateway.register(join(models, 'sleepy'));

@@ -29,12 +29,12 @@ describe('model lifecycle', { timeout: 300_000 }, () => {
     c.resources = { ...(c.resources as object), memory_mb: mb };
   };
 
-  before(() => {
+  before(async () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-life2-'));
-    gateway = new Gateway({
+    gateway = await Gateway.open({
       ...defaultConfig(work),
-      registryPath: join(work, 'r.db'),
+      registry: join(work, 'r.db'),
       modelsDir: join(work, 'none'),
       memoryBudgetMb: 1000,
     });

@@ -24,8 +24,8 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-life-'));
     writeFileSync('/dev/shm/tensorgate-999999999-stale-in', 'left by a dead gateway');
-    gateway = new Gateway(
-      { ...defaultConfig(work), registryPath: join(work, 'r.db'), modelsDir: join(work, 'none') },
+    gateway = await Gateway.open(
+      { ...defaultConfig(work), registry: join(work, 'r.db'), modelsDir: join(work, 'none') },
       (line) => process.stderr.write(`${line}\n`),
     );
   });

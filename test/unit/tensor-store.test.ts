@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { TensorgateError } from '../../src/errors.js';
 import { ENTRY_OVERHEAD_BYTES, TensorStore } from '../../src/tensor/store.js';
 import type { Tensor } from '../../src/tensor/tensor.js';
 
@@ -45,4 +46,22 @@ test('counts what each entry costs beyond its bytes, so tiny outputs cannot grow
   const store = new TensorStore(100 * ENTRY_OVERHEAD_BYTES, 60_000);
   for (let i = 0; i < 10_000; i++) store.put(tensor(12), 'tiny');
   assert.ok(store.size < 100, `${store.size} entries kept`);
+});
+
+test('a replica names its handles; one made by another replica is HANDLE_ELSEWHERE, naming both', () => {
+  const a = new TensorStore(1 << 20, 60_000, Date.now, 'gw-7d9f-a');
+  const b = new TensorStore(1 << 20, 60_000, Date.now, 'gw-7d9f-b');
+  const made = a.put(tensor(4), 'm@1:y');
+  assert.match(made.uri, /^tensor:\/\/gw-7d9f-a\.[\w-]{12}$/);
+  assert.equal(a.get(made.uri), made);
+  assert.throws(
+    () => b.get(made.uri),
+    (err: TensorgateError) =>
+      err.code === 'HANDLE_ELSEWHERE' &&
+      /made by replica gw-7d9f-a, and this request reached replica gw-7d9f-b/.test(err.message) &&
+      err.data.replica === 'gw-7d9f-a',
+  );
+  // Its own handle, expired or unknown, is still HANDLE_NOT_FOUND.
+  assert.throws(() => b.get('tensor://gw-7d9f-b.AAAAAAAAAAAA'), { code: 'HANDLE_NOT_FOUND' });
+  assert.throws(() => new TensorStore(1 << 20, 60_000).get(made.uri), { code: 'HANDLE_ELSEWHERE' });
 });

@@ -49,7 +49,11 @@ describe('GpuSampler', () => {
     );
     chmodSync(tool, 0o755);
     const sampler = new GpuSampler(60_000, tool);
-    const metrics = new PrometheusMetrics({ listModels: () => [], poolStats: () => undefined });
+    const metrics = new PrometheusMetrics({
+      listModels: () => [],
+      poolStats: () => undefined,
+      registry: { reachable: true },
+    });
     assert.doesNotMatch((await metrics.render()).text, /tensorgate_gpu_/);
     assert.equal(await sampler.start(), true);
     sampler.stop();

@@ -3,8 +3,11 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Database from 'better-sqlite3';
+import type { TensorgateError } from '../../../src/errors.js';
 import { defaultVersion, parseModelConfig } from '../../../src/registry/model-config.js';
-import { Registry } from '../../../src/registry/registry.js';
+import { Registry, type RegistryChange } from '../../../src/registry/registry.js';
 
 const raw = {
   name: 'demo',
@@ -58,16 +61,16 @@ test('an invalid config lists every problem in one INVALID_CONFIG error', () => 
   );
 });
 
-test('the SQLite registry persists models, versions and load outcomes across reopen', () => {
+test('the SQLite registry persists models, versions and load outcomes across reopen', async () => {
   const path = join(mkdtempSync(join(tmpdir(), 'tg-reg-')), 'r.db');
   const cfg = parseModelConfig(raw, 'test');
-  const first = new Registry(path);
-  first.upsert('demo', '/models/demo', cfg);
-  first.setVersionStatus('demo', '1', 'ready', { loadMs: 12.5, warmupMs: 3 });
-  first.setVersionStatus('demo', '3', 'failed', { error: 'boom' });
-  first.close();
+  const first = await Registry.open(path);
+  await first.upsert('demo', '/models/demo', cfg);
+  await first.setVersionStatus('demo', '1', 'ready', { loadMs: 12.5, warmupMs: 3 });
+  await first.setVersionStatus('demo', '3', 'failed', { error: 'boom' });
+  await first.close();
 
-  const second = new Registry(path);
+  const second = await Registry.open(path);
   const record = second.get('demo');
   assert.equal(record.dir, '/models/demo');
   assert.deepEqual(
@@ -78,11 +81,74 @@ test('the SQLite registry persists models, versions and load outcomes across reo
     ],
   );
   // Re-registering with fewer versions drops the missing ones and resets the rest.
-  second.upsert('demo', '/models/demo', parseModelConfig({ ...raw, versions: { '1': raw.versions['1'] } }, 't'));
+  await second.upsert('demo', '/models/demo', parseModelConfig({ ...raw, versions: { '1': raw.versions['1'] } }, 't'));
+  await second.refresh();
   assert.deepEqual(
     second.get('demo').versions.map((v) => [v.version, v.status]),
     [['1', 'registered']],
   );
   assert.throws(() => second.get('nope'), { code: 'MODEL_NOT_FOUND' });
-  second.close();
+  await second.close();
+});
+
+test('a registration refuses to overwrite one made elsewhere since it last looked; a start-up sync never does', async () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'tg-reg-')), 'r.db');
+  const cfg = parseModelConfig(raw, 'test');
+  const a = await Registry.open(path, { replica: 'a' });
+  const b = await Registry.open(path, { replica: 'b' });
+  assert.equal((await a.upsert('demo', '/models/one', cfg)).revision, 1);
+  // b has not seen a's registration: replacing would silently undo it.
+  await assert.rejects(b.upsert('demo', '/models/two', cfg), (err: TensorgateError) => {
+    assert.equal(err.code, 'REGISTRATION_CONFLICT');
+    assert.match(err.message, /model "demo" was registered again by replica a at .* while this registration ran/);
+    return true;
+  });
+  // Once b's view is current, its registration goes through and raises the revision.
+  await b.refresh();
+  const second = await b.upsert('demo', '/models/two', cfg);
+  assert.deepEqual([second.revision, second.dir, second.registeredBy], [2, '/models/two', 'b']);
+  // A sync with what is stored writes nothing; one with a different folder writes, whatever the view.
+  assert.equal((await b.upsert('demo', '/models/two', cfg, 'sync')).revision, 2);
+  assert.equal((await a.upsert('demo', '/models/three', cfg, 'sync')).revision, 3);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('a registry watching the file sees what another process registered', async () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'tg-reg-')), 'r.db');
+  const server = await Registry.open(path);
+  const cli = await Registry.open(path);
+  const changes: RegistryChange[] = [];
+  server.onChange((change) => changes.push(change));
+  server.watch();
+  await cli.upsert('demo', '/models/demo', parseModelConfig(raw, 'test'));
+  await cli.upsertWorkflow('flow', '/models/flow', { name: 'flow' });
+  const deadline = Date.now() + 5000;
+  while (!server.has('demo') && Date.now() < deadline) await sleep(50);
+  assert.equal(server.get('demo').dir, '/models/demo');
+  assert.deepEqual(changes.at(-1), { models: ['demo'], removed: [], workflows: ['flow'] });
+  // Load outcomes written by the other process change no registration: no new event.
+  const events = changes.length;
+  await cli.setVersionStatus('demo', '1', 'ready');
+  await sleep(1300);
+  assert.equal(changes.length, events);
+  await Promise.all([server.close(), cli.close()]);
+});
+
+test('a registry file from before migrations is brought up to date, its models kept', async () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'tg-reg-')), 'r.db');
+  const db = new Database(path);
+  db.exec(`CREATE TABLE models (name TEXT PRIMARY KEY, dir TEXT NOT NULL, config TEXT NOT NULL, registered_at TEXT NOT NULL);
+    CREATE TABLE versions (model TEXT NOT NULL REFERENCES models(name) ON DELETE CASCADE, version TEXT NOT NULL,
+      status TEXT NOT NULL, error TEXT, load_ms REAL, warmup_ms REAL, updated_at TEXT NOT NULL, PRIMARY KEY (model, version));
+    CREATE TABLE workflows (name TEXT PRIMARY KEY, dir TEXT NOT NULL, definition TEXT NOT NULL, registered_at TEXT NOT NULL);`);
+  db.prepare('INSERT INTO models VALUES (?, ?, ?, ?)').run('demo', '/m/demo', JSON.stringify(raw), 'then');
+  db.prepare("INSERT INTO versions VALUES ('demo', '1', 'ready', NULL, 5, 1, 'then')").run();
+  db.close();
+  const registry = await Registry.open(path);
+  const record = registry.get('demo');
+  assert.deepEqual([record.revision, record.registeredBy, record.versions[0]?.status], [1, null, 'ready']);
+  await registry.close();
+  const reopened = new Database(path, { readonly: true });
+  assert.equal(reopened.pragma('user_version', { simple: true }), 2);
+  reopened.close();
 });

@@ -35,11 +35,11 @@ const catalogue = (registry: Registry, logged: string[] = []) =>
   );
 
 describe('workflow catalogue', () => {
-  it('compiles callees first, whatever the folder order, and keeps the set across restarts', () => {
+  it('compiles callees first, whatever the folder order, and keeps the set across restarts', async () => {
     const root = repository({ a_outer: 'b_middle', b_middle: 'c_inner', c_inner: 'model:ident' });
-    const registry = new Registry(join(root, 'registry.db'));
+    const registry = await Registry.open(join(root, 'registry.db'));
     const first = catalogue(registry);
-    first.loadAll(root);
+    await first.loadAll(root);
     assert.deepEqual(
       first.list().map((w) => [w.name, w.state, w.models]),
       [
@@ -51,12 +51,12 @@ describe('workflow catalogue', () => {
     assert.deepEqual(first.plan('a_outer').workflows.sort(), ['a_outer', 'b_middle', 'c_inner']);
     // A new process over the same registry, with no repository scan: the same workflows.
     const second = catalogue(registry);
-    second.loadAll();
+    await second.loadAll();
     assert.deepEqual(second.names(), ['a_outer', 'b_middle', 'c_inner']);
-    registry.close();
+    await registry.close();
   });
 
-  it('lists recursive workflows and their callers as invalid, with the cycle', () => {
+  it('lists recursive workflows and their callers as invalid, with the cycle', async () => {
     const root = repository({
       loop_a: 'loop_b',
       loop_b: 'loop_a',
@@ -65,8 +65,8 @@ describe('workflow catalogue', () => {
       fine: 'model:ident',
     });
     const logged: string[] = [];
-    const workflows = catalogue(new Registry(':memory:'), logged);
-    workflows.loadAll(root);
+    const workflows = catalogue(await Registry.open(':memory:'), logged);
+    await workflows.loadAll(root);
     const state = Object.fromEntries(workflows.list().map((w) => [w.name, w.error ?? w.state]));
     assert.equal(state.fine, 'ready');
     assert.match(state.loop_a as string, /workflow "loop_a" calls itself: loop_a -> loop_b -> loop_a/);
@@ -86,11 +86,11 @@ describe('workflow catalogue', () => {
     );
   });
 
-  it('refuses a folder that does not compile and keeps the previous definition', () => {
+  it('refuses a folder that does not compile and keeps the previous definition', async () => {
     const root = repository({ one: 'model:ident' });
-    const registry = new Registry(':memory:');
+    const registry = await Registry.open(':memory:');
     const workflows = catalogue(registry);
-    workflows.loadAll(root);
+    await workflows.loadAll(root);
     writeFileSync(
       join(root, 'one', 'workflow.json'),
       JSON.stringify({
@@ -100,7 +100,7 @@ describe('workflow catalogue', () => {
         outputs: { y: 's.y' },
       }),
     );
-    assert.throws(
+    await assert.rejects(
       () => workflows.register(join(root, 'one')),
       (err: TensorgateError) => /stage "s", model: no model "gone"/.test(err.message),
     );
@@ -108,7 +108,7 @@ describe('workflow catalogue', () => {
     assert.equal(workflows.plan('one').stages[0]?.target, 'ident');
   });
 
-  it('reads YAML too, and names the file that does not parse', () => {
+  it('reads YAML too, and names the file that does not parse', async () => {
     const root = mkdtempSync(join(tmpdir(), 'tensorgate-catalogue-'));
     mkdirSync(join(root, 'y'));
     writeFileSync(
@@ -117,9 +117,9 @@ describe('workflow catalogue', () => {
     );
     mkdirSync(join(root, 'z'));
     writeFileSync(join(root, 'z', 'workflow.yml'), 'name: [unclosed\n');
-    const workflows = catalogue(new Registry(':memory:'));
-    assert.equal(workflows.register(join(root, 'y')).state, 'ready');
-    assert.throws(
+    const workflows = catalogue(await Registry.open(':memory:'));
+    assert.equal((await workflows.register(join(root, 'y'))).state, 'ready');
+    await assert.rejects(
       () => workflows.register(join(root, 'z')),
       (err: TensorgateError) => err.code === 'INVALID_WORKFLOW' && /workflow\.yml does not parse/.test(err.message),
     );
