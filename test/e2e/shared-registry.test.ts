@@ -124,18 +124,18 @@ describe('replicas on a shared PostgreSQL registry', { timeout: 300_000 }, () =>
     // And through the CLI, a third process on the same registry.
     const cliDir = join(a.work, 'cli-made');
     adderCopy(cliDir, 'cli_made', 'registered by the CLI');
-    await run(process.execPath, [
-      '--import',
-      'tsx',
-      join(ROOT, 'src', 'cli', 'main.ts'),
-      '--registry',
-      db.url,
-      '--replica-id',
-      'cli',
-      'register',
-      cliDir,
-    ]);
+    const cli = ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), '--registry', db.url, '--replica-id', 'cli'];
+    await run(process.execPath, [...cli, 'register', cliDir]);
     await Promise.all([waitReady(a.base, 'cli_made', 30_000), waitReady(b.base, 'cli_made', 30_000)]);
+
+    // Workflows travel the same way: registered by the CLI, run by b.
+    const flowDir = join(a.work, 'add_twice');
+    cpSync(join(ROOT, 'test', 'fixtures', 'workflows', 'add_twice'), flowDir, { recursive: true });
+    await run(process.execPath, [...cli, 'register', flowDir]);
+    await waitReady(b.base, 'add_twice', 30_000);
+    const flow = await post(b.base, '/v2/models/add_twice/infer', addInputs(1));
+    assert.equal(flow.status, 200, JSON.stringify(flow.body));
+    assert.deepEqual((flow.body.outputs as { data: number[] }[]).find((o) => o.data)?.data, [21, 41]);
   });
 
   it('a tensor:// handle names its replica; the other replica answers HANDLE_ELSEWHERE', async () => {
