@@ -7,6 +7,8 @@ OUT_DIR``. Same layout and config format as the demo repository (docs/model-repo
 - ``adder``     TorchScript; ``sum = a + b`` on float32 ``[-1, -1]``
 - ``multi_out`` TorchScript; a dict of ``scores`` (float32 softmax) and ``argmax`` (int64)
 - ``typed``     TorchScript; int64 ``[-1, 3]`` -> float64 row ``mean``
+- ``mlp``       TorchScript; a seeded 4-16-3 MLP with ``logits`` and int64 ``label`` outputs
+- ``mlp_onnx``  the same MLP exported to ONNX (``torch.onnx.export``, dynamic batch), engine onnx
 
 Each builds in milliseconds; no weights worth the name, no downloads.
 """
@@ -47,12 +49,24 @@ class RowSum(nn.Module):
         return x.sum(dim=-1)
 
 
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.net(x)
+        return {"logits": logits, "label": torch.argmax(logits, dim=-1)}
+
+
 class Typed(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.float64).mean(dim=-1)
 
 
 EAGER = {"format": "eager", "entry": "model:build", "file": "weights.pt"}
+ONNX = {"format": "onnx", "file": "model.onnx"}
 Specs = list[dict[str, Any]]
 
 
@@ -69,6 +83,31 @@ def build(
         name, description, inputs, outputs, EAGER if module is None else TORCHSCRIPT
     )
     write_config(out / name, config)
+
+
+def build_mlp_pair(out: Path) -> None:
+    """One MLP twice: TorchScript (torch engine) and ONNX (onnx engine), for comparing the two."""
+    mlp = Mlp().eval()
+    inputs = [spec("x", "float32", [-1, 4])]
+    outputs = [spec("logits", "float32", [-1, 3]), spec("label", "int64", [-1])]
+    save_torchscript(mlp, out / "mlp" / "1" / "model.pt")
+    write_config(out / "mlp", small_config("mlp", "A seeded 4-16-3 MLP.", inputs, outputs))
+    version_dir = out / "mlp_onnx" / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(
+            mlp,
+            torch.zeros(1, 4),
+            str(version_dir / "model.onnx"),
+            input_names=["x"],
+            output_names=["logits", "label"],
+            dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}, "label": {0: "batch"}},
+        )
+    config = small_config("mlp_onnx", "The mlp model, in ONNX.", inputs, outputs, ONNX)
+    config["engine"] = "onnx"
+    # A fixed delay: an in-process forward pass is so quick that calls rarely overlap otherwise.
+    config["batching"] = {"max_batch_size": 16, "max_queue_delay_us": 2000, "adaptive_delay": False}
+    write_config(out / "mlp_onnx", config)
 
 
 def main() -> None:
@@ -90,7 +129,9 @@ def main() -> None:
     build(out, "typed", "Mean of each int64 row, as float64.", ints, mean, Typed())
     wide, sums = [spec("x", "float32", [-1, -1])], [spec("sum", "float32", [-1])]
     build(out, "row_sum", "Sum of each row: large inputs, tiny outputs.", wide, sums, RowSum())
-    print(f"wrote sleepy, flaky, adder, multi_out, typed, row_sum to {out.resolve()}")
+    build_mlp_pair(out)
+    names = "sleepy, flaky, adder, multi_out, typed, row_sum, mlp, mlp_onnx"
+    print(f"wrote {names} to {out.resolve()}")
 
 
 if __name__ == "__main__":

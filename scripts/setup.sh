@@ -43,7 +43,9 @@ echo "using torch $("$PYTHON" -c 'import torch; print(torch.__version__)') with 
 
 step "installing Node packages"
 if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
-  npm ci --no-audit --no-fund
+  # onnxruntime-node ships its CPU library in the package; its install script would otherwise
+  # fetch CUDA providers from outside the package registries.
+  ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund
 fi
 
 step "building the CLI"

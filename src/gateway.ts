@@ -5,6 +5,7 @@ import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
 import type { Engine, NamedTensor } from './engines/engine.js';
+import { OnnxEngine } from './engines/onnx/onnx-engine.js';
 import { RemoteEngine } from './engines/remote/remote-engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
@@ -186,6 +187,7 @@ export class Gateway {
     this.models = new ModelManager({
       engines: new Map<string, Engine>([
         ['torch', new TorchEngine({ onLog: log })],
+        ['onnx', new OnnxEngine()],
         ['remote', new RemoteEngine()],
       ]),
       maxQueue: config.maxQueue,
@@ -313,8 +315,15 @@ export class Gateway {
   async loadFromRepository(name: string, actor = 'local'): Promise<ModelSummaryInfo> {
     const dir = join(this.config.modelsDir, name);
     // A plain folder name only (no `..`): nothing outside the repository is ever read this way.
-    if (/^[A-Za-z0-9][\w.-]*$/.test(name) && existsSync(join(dir, 'config.json'))) return this.register(dir, actor);
-    return this.loadModel(name, undefined, actor);
+    const info =
+      /^[A-Za-z0-9][\w.-]*$/.test(name) && existsSync(join(dir, 'config.json'))
+        ? await this.register(dir, actor)
+        : await this.loadModel(name, undefined, actor);
+    // As Triton answers a load: an error when a version did not load, not a model listed as failed.
+    const failed = info.versions.find((v) => v.state === 'failed');
+    if (failed)
+      throw tgError('LOAD_FAILED', failed.error ?? `${name}@${failed.version} failed to load`, { model: name });
+    return info;
   }
 
   /** Unloads one version, or all of a model's: `unload_model`. Running requests finish first. */

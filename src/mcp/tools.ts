@@ -112,7 +112,11 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
         outputs: z.array(TensorSpecOut),
         precisions: z.array(z.string()),
         resources: z.record(z.string(), z.unknown()),
-        engine: z.string().describe('torch: worker processes here; remote: another OIP v2 endpoint'),
+        engine: z
+          .string()
+          .describe(
+            'torch: PyTorch in worker processes here; onnx: ONNX Runtime inside the server process, no IPC; remote: another OIP v2 endpoint',
+          ),
         remote: z.object({ url: z.string(), model: z.string() }).optional().describe('where a remote model runs'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
@@ -135,7 +139,9 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
           specs.map((s) => `${s.name} ${s.dtype}[${s.shape.join(', ')}]`).join(', ');
         const where = config.remote
           ? ` Runs remotely at ${config.remote.url} (model ${config.remote.model ?? config.name}).`
-          : '';
+          : config.engine === 'onnx'
+            ? ' Runs in ONNX Runtime inside the server process.'
+            : '';
         const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}`;
         return jsonResult(text, structured);
       } catch (err) {

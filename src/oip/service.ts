@@ -45,7 +45,8 @@ export function modelMetadata(gateway: Gateway, model: string, version?: string)
   return {
     name: config.name,
     versions: version ? [version] : info.versions.map((v) => v.version),
-    platform: format === 'torchscript' ? 'pytorch_libtorch' : 'pytorch',
+    // Triton's platform names: what a client of Triton expects for each kind of model.
+    platform: format === 'torchscript' ? 'pytorch_libtorch' : format === 'onnx' ? 'onnxruntime_onnx' : 'pytorch',
     inputs: config.inputs.map(tensorMetadata),
     outputs: config.outputs.map(tensorMetadata),
   };

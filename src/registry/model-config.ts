@@ -17,7 +17,8 @@ export type TensorSpec = z.infer<typeof TensorSpecSchema>;
 export const PRECISIONS = ['fp32', 'bf16', 'fp16'] as const;
 export type Precision = (typeof PRECISIONS)[number];
 
-export const MODEL_FORMATS = ['torchscript', 'export', 'eager'] as const;
+/** torchscript, export (.pt2) and eager run on the torch engine; onnx on the in-process onnx engine. */
+export const MODEL_FORMATS = ['torchscript', 'export', 'eager', 'onnx'] as const;
 export type ModelFormat = (typeof MODEL_FORMATS)[number];
 
 const LocalVersionSchema = z
@@ -116,7 +117,7 @@ export const ModelConfigSchema = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9._-]*$/, 'model names are lower-case: letters, digits, ".", "_", "-"'),
     description: z.string().default(''),
-    engine: z.enum(['torch', 'remote']).default('torch'),
+    engine: z.enum(['torch', 'onnx', 'remote']).default('torch'),
     remote: RemoteSchema.optional(),
     default_version: z.string().optional(),
     inputs: z.array(TensorSpecSchema).min(1),
@@ -159,6 +160,35 @@ export const ModelConfigSchema = z
           code: 'custom',
           path: ['versions', version, 'format'],
           message: remote ? 'versions of a remote model have format "remote"' : 'format "remote" needs engine "remote"',
+        });
+    const onnx = cfg.engine === 'onnx';
+    for (const [version, v] of Object.entries(cfg.versions))
+      if (v.format !== 'remote' && (v.format === 'onnx') !== onnx)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['versions', version, 'format'],
+          message: onnx
+            ? 'versions of an onnx model have format "onnx" (a .onnx file)'
+            : 'format "onnx" runs on the in-process ONNX Runtime: set "engine": "onnx"',
+        });
+    if (onnx && cfg.parameters.precision.some((p) => p !== 'fp32'))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['parameters', 'precision'],
+        message: 'the onnx engine runs the graph as exported: only fp32 can be offered',
+      });
+    if (onnx)
+      for (const [kind, specs] of [
+        ['inputs', cfg.inputs],
+        ['outputs', cfg.outputs],
+      ] as const)
+        specs.forEach((spec, i) => {
+          if (spec.dtype === 'bfloat16')
+            ctx.addIssue({
+              code: 'custom',
+              path: [kind, i, 'dtype'],
+              message: 'ONNX Runtime for Node has no bfloat16 tensors',
+            });
         });
     if (cfg.default_version !== undefined && !versions.includes(cfg.default_version)) {
       ctx.addIssue({ code: 'custom', message: `default_version "${cfg.default_version}" is not in versions` });

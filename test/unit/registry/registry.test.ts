@@ -152,3 +152,32 @@ test('a registry file from before migrations is brought up to date, its models k
   assert.equal(reopened.pragma('user_version', { simple: true }), 2);
   reopened.close();
 });
+
+test('onnx versions need engine onnx, fp32 and no bfloat16; the reasons are named', () => {
+  const onnx = { format: 'onnx', file: 'model.onnx' };
+  assert.throws(
+    () => parseModelConfig({ ...raw, versions: { '1': onnx } }, 'cfg.json'),
+    /versions\.1\.format: format "onnx" runs on the in-process ONNX Runtime: set "engine": "onnx"/,
+  );
+  assert.throws(
+    () => parseModelConfig({ ...raw, engine: 'onnx' }, 'cfg.json'),
+    /versions\.1\.format: versions of an onnx model have format "onnx"/,
+  );
+  assert.throws(
+    () =>
+      parseModelConfig(
+        {
+          ...raw,
+          engine: 'onnx',
+          versions: { '1': onnx },
+          parameters: { precision: ['fp16'] },
+          inputs: [{ name: 'x', dtype: 'bfloat16', shape: [-1, 4] }],
+        },
+        'cfg.json',
+      ),
+    (err: TensorgateError) =>
+      /parameters\.precision: the onnx engine runs the graph as exported: only fp32/.test(err.message) &&
+      /inputs\.0\.dtype: ONNX Runtime for Node has no bfloat16 tensors/.test(err.message),
+  );
+  assert.equal(parseModelConfig({ ...raw, engine: 'onnx', versions: { '1': onnx } }, 'cfg.json').engine, 'onnx');
+});

@@ -1,0 +1,294 @@
+import { existsSync, statSync } from 'node:fs';
+import { extname, join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { type TensorgateError, tgError } from '../../errors.js';
+import type { TensorSpec } from '../../registry/model-config.js';
+import { dtypeSize } from '../../tensor/dtype.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import type {
+  Engine,
+  EngineInstance,
+  EngineRequest,
+  EngineResponse,
+  LoadInfo,
+  ModelVersionSpec,
+  NamedTensor,
+} from '../engine.js';
+import type { FromThread, GraphValue, ThreadTensor, ToThread } from './protocol.js';
+
+/**
+ * The onnx engine: ONNX Runtime (onnxruntime-node) inside the gateway process, each instance a
+ * session in a worker thread of its own. No process boundary and no IPC: an input is copied once,
+ * into a buffer that then moves to the thread without a copy, and outputs move back the same way.
+ * The thread matters because onnxruntime-node computes on the thread that calls `run`; in the
+ * main thread every forward pass would stall every other request. `resources.threads` is each
+ * session's intra-op thread count and `resources.instances` the sessions run at once, behind the
+ * same scheduler as any engine (batching, queue limits, timeouts, metrics).
+ */
+
+/** ONNX Runtime's element type names for tensorgate's dtypes (it has no bfloat16). */
+const ORT_TYPES: Partial<Record<Tensor['dtype'], string>> = {
+  float32: 'float32',
+  float64: 'float64',
+  float16: 'float16',
+  int8: 'int8',
+  uint8: 'uint8',
+  int16: 'int16',
+  int32: 'int32',
+  int64: 'int64',
+  bool: 'bool',
+};
+
+/** The thread's module next to this one: .js once built, .ts when run from source. */
+const THREAD_FILE = new URL(`./onnx-thread${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+
+function startThread(workerData: { file: string; threads: number }, name: string): Worker {
+  if (THREAD_FILE.pathname.endsWith('.js')) return new Worker(THREAD_FILE, { workerData, name });
+  // Run from source (the tests, through tsx): loader hooks do not reach worker threads, so the
+  // thread registers tsx itself before importing its TypeScript module.
+  const bootstrap = `import('tsx/esm/api').then(({ register }) => { register(); return import(${JSON.stringify(THREAD_FILE.href)}); })`;
+  return new Worker(bootstrap, { eval: true, workerData, name });
+}
+
+export class OnnxEngine implements Engine {
+  readonly name = 'onnx';
+
+  createInstance(spec: ModelVersionSpec, index: number): EngineInstance {
+    return new OnnxInstance(spec, index);
+  }
+}
+
+interface Pending {
+  resolve: (result: { outputs: ThreadTensor[]; computeMs: number }) => void;
+  reject: (err: TensorgateError) => void;
+}
+
+class OnnxInstance implements EngineInstance {
+  readonly label: string;
+  private readonly file: string;
+  private worker: Worker | undefined;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+  private closing = false;
+  private readonly crashListeners: ((err: Error) => void)[] = [];
+
+  constructor(
+    private readonly spec: ModelVersionSpec,
+    index: number,
+  ) {
+    const { config, version, dir } = spec;
+    const v = config.versions[version];
+    if (v?.format !== 'onnx') throw tgError('INVALID_CONFIG', `${config.name}@${version} is not an onnx model version`);
+    this.file = join(dir, version, v.file);
+    this.label = `${config.name}@${version}#${index} (onnxruntime)`;
+  }
+
+  async start(): Promise<LoadInfo> {
+    const { config, version } = this.spec;
+    const name = `${config.name}@${version}`;
+    if (!existsSync(this.file)) throw tgError('LOAD_FAILED', `${name}: ${this.file} does not exist`);
+    const loadStart = performance.now();
+    const worker = startThread({ file: this.file, threads: config.resources.threads }, this.label);
+    let settle: (message: FromThread | Error) => void = () => {};
+    const onMessage = (message: FromThread) => settle(message);
+    const onError = (err: Error) => settle(err);
+    const onExit = (code: number) => settle(new Error(`it exited (${code})`));
+    worker.on('message', onMessage).on('error', onError).on('exit', onExit);
+    const first = await new Promise<FromThread | Error>((resolve) => {
+      settle = resolve;
+    });
+    worker.off('message', onMessage).off('error', onError).off('exit', onExit);
+    if (first instanceof Error || first.kind !== 'ready') {
+      await worker.terminate();
+      const reason =
+        first instanceof Error
+          ? `the ONNX Runtime thread failed: ${first.message}`
+          : `ONNX Runtime cannot load ${this.file}: ${first.kind === 'failed' ? first.message : first.kind}`;
+      throw tgError('LOAD_FAILED', `${name}: ${reason}`, { model: config.name, version });
+    }
+    const ready = first;
+    const problems = checkSignature(ready.inputs, ready.outputs, config.inputs, config.outputs);
+    if (problems.length > 0) {
+      await worker.terminate();
+      throw tgError('LOAD_FAILED', `${name}: ${this.file} does not match config.json: ${problems.join('; ')}`, {
+        model: config.name,
+        version,
+        problems,
+      });
+    }
+    this.attach(worker);
+    const loadMs = performance.now() - loadStart;
+    const warmStart = performance.now();
+    for (let i = 0; i < config.warmup_runs; i++) await this.run(warmupInputs(config.inputs));
+    return {
+      device: 'cpu',
+      loadMs,
+      warmupMs: performance.now() - warmStart,
+      weightsBytes: statSync(this.file).size,
+      runtime: ready.runtime,
+    };
+  }
+
+  async infer(request: EngineRequest): Promise<EngineResponse> {
+    const fillStart = performance.now();
+    // The one copy: each input into a buffer of its own, which then moves to the thread.
+    const inputs = request.inputs.map(({ name, tensor }) => {
+      const data = new Uint8Array(tensor.byteLength);
+      if (tensor.data) data.set(tensor.data);
+      else tensor.fill(data);
+      return { name, tensor: { dtype: tensor.dtype, shape: tensor.shape, data } };
+    });
+    const sendStart = performance.now();
+    const { outputs, computeMs } = await this.run(inputs);
+    return {
+      outputs,
+      timings: {
+        fillMs: sendStart - fillStart,
+        // Handing the buffers to the thread and back, and waiting for it to pick the message up.
+        transferMs: Math.max(0, performance.now() - sendStart - computeMs),
+        computeMs,
+      },
+    };
+  }
+
+  onCrash(listener: (err: Error) => void): void {
+    this.crashListeners.push(listener);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    const worker = this.worker;
+    this.worker = undefined;
+    if (!worker) return;
+    const exited = new Promise((resolve) => worker.once('exit', resolve));
+    worker.postMessage({ kind: 'close' } satisfies ToThread);
+    // A thread stuck in a forward pass is not waited for beyond a moment.
+    const timer = setTimeout(() => void worker.terminate(), 2000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  private attach(worker: Worker): void {
+    this.worker = worker;
+    worker.on('message', (message: FromThread) => {
+      if (message.kind !== 'result' && message.kind !== 'error') return;
+      const pending = this.pending.get(message.id);
+      this.pending.delete(message.id);
+      if (message.kind === 'result') pending?.resolve(message);
+      else
+        pending?.reject(
+          tgError('INFERENCE_FAILED', `${this.label}: ${message.message}`, { model: this.spec.config.name }),
+        );
+    });
+    const died = (err: Error) => {
+      if (this.closing || this.worker !== worker) return;
+      this.worker = undefined;
+      const crash = tgError('WORKER_CRASHED', `${this.label}: the ONNX Runtime thread ended: ${err.message}`);
+      for (const pending of this.pending.values()) pending.reject(crash);
+      this.pending.clear();
+      for (const listener of this.crashListeners) listener(crash);
+    };
+    worker.on('error', died);
+    worker.on('exit', (code) => died(new Error(`exit code ${code}`)));
+  }
+
+  private run(inputs: NamedTensor[]): Promise<{ outputs: NamedTensor[]; computeMs: number }> {
+    const worker = this.worker;
+    if (!worker) return Promise.reject(tgError('MODEL_NOT_READY', `${this.label} is not loaded`));
+    const id = this.nextId++;
+    const message: ToThread = {
+      kind: 'run',
+      id,
+      inputs: inputs.map(({ name, tensor }) => ({
+        name,
+        type: ORT_TYPES[tensor.dtype] as string,
+        dims: tensor.shape,
+        data: tensor.data,
+      })),
+    };
+    const transfer = inputs
+      .map(({ tensor }) => tensor.data.buffer as ArrayBuffer)
+      .filter((buffer, i, all) => all.indexOf(buffer) === i);
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, {
+        resolve: ({ outputs, computeMs }) => {
+          try {
+            resolve({ outputs: this.spec.config.outputs.map((spec) => fromThread(outputs, spec)), computeMs });
+          } catch (err) {
+            reject(err);
+          }
+        },
+        reject,
+      });
+      worker.postMessage(message, transfer);
+    });
+  }
+}
+
+function fromThread(outputs: ThreadTensor[], spec: TensorSpec): NamedTensor {
+  const out = outputs.find((o) => o.name === spec.name);
+  if (!out) throw tgError('INFERENCE_FAILED', `the graph returned no output "${spec.name}"`);
+  const elements = out.dims.reduce((a, b) => a * b, 1);
+  if (out.type !== ORT_TYPES[spec.dtype] || out.data.byteLength !== elements * dtypeSize(spec.dtype))
+    throw tgError('INFERENCE_FAILED', `output "${spec.name}" came back as ${out.type}, not ${spec.dtype}`);
+  return { name: spec.name, tensor: { dtype: spec.dtype, shape: out.dims, data: out.data } };
+}
+
+/** Zeros of each declared input, dynamic dimensions as 1: what warm-up runs on. */
+function warmupInputs(specs: TensorSpec[]): NamedTensor[] {
+  return specs.map((spec) => {
+    const shape = spec.shape.map((d) => (d < 0 ? 1 : d));
+    const bytes = shape.reduce((a, b) => a * b, 1) * dtypeSize(spec.dtype);
+    return { name: spec.name, tensor: { dtype: spec.dtype, shape, data: new Uint8Array(bytes) } };
+  });
+}
+
+/**
+ * Every difference between the graph's inputs and outputs and the config's: a name missing on
+ * either side, another element type, another rank, a fixed dimension that differs. A symbolic
+ * dimension matches anything; the config's -1 matches only a symbolic one.
+ */
+function checkSignature(
+  graphInputs: GraphValue[],
+  graphOutputs: GraphValue[],
+  inputs: TensorSpec[],
+  outputs: TensorSpec[],
+): string[] {
+  const problems: string[] = [];
+  for (const [kind, specs, graph] of [
+    ['input', inputs, graphInputs],
+    ['output', outputs, graphOutputs],
+  ] as const) {
+    const byName = new Map(graph.map((g) => [g.name, g]));
+    for (const spec of specs) {
+      const value = byName.get(spec.name);
+      if (!value) {
+        problems.push(`${kind} "${spec.name}" is not in the graph (it has ${[...byName.keys()].join(', ')})`);
+        continue;
+      }
+      if (value.type === undefined || value.shape === undefined) {
+        problems.push(`${kind} "${spec.name}" is not a tensor in the graph`);
+        continue;
+      }
+      if (value.type !== ORT_TYPES[spec.dtype])
+        problems.push(`${kind} "${spec.name}" is ${value.type} in the graph, ${spec.dtype} in the config`);
+      if (value.shape.length !== spec.shape.length) {
+        problems.push(
+          `${kind} "${spec.name}" has rank ${value.shape.length} in the graph, ${spec.shape.length} in the config`,
+        );
+        continue;
+      }
+      value.shape.forEach((d, i) => {
+        const want = spec.shape[i] as number;
+        if (typeof d === 'number' && d >= 0 && d !== want)
+          problems.push(`${kind} "${spec.name}" dimension ${i} is ${d} in the graph, ${want} in the config`);
+      });
+    }
+    if (kind === 'input')
+      for (const name of byName.keys())
+        if (!specs.some((s) => s.name === name)) problems.push(`the graph's input "${name}" is not in the config`);
+  }
+  return problems;
+}
