@@ -13,6 +13,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { renderBatching } from './batching/render.js';
+import { renderEngines } from './engines/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
@@ -54,6 +55,7 @@ const RENDERERS: Record<string, Renderer> = {
   soak: renderSoak,
   workflows: renderWorkflows,
   remote: renderRemote,
+  engines: renderEngines,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -101,6 +103,7 @@ function main(): void {
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
     'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
+    'node --import tsx bench/engines/run.ts                # about 2 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',
