@@ -3,7 +3,8 @@
 # packages, the compiled CLI, and the demo models. Idempotent: steps already done are skipped.
 #   scripts/setup.sh          what serving needs
 #   scripts/setup.sh --test   also what the tests need (pytest, ruff, Chromium, PostgreSQL, the
-#                             third-party MCP checkers, tritonclient in its own venv)
+#                             third-party MCP checkers, tritonclient in its own venv, Helm and
+#                             hadolint for the deployment files)
 #   scripts/setup.sh --bench  also what bench/peers needs (Chromium for its plot, the peers in
 #                             their own venv: bench/peers/setup-peers.sh)
 set -euo pipefail
@@ -66,6 +67,8 @@ if [[ $want_test == 1 ]]; then
   python3 -m ruff --version 2>/dev/null | grep -q "0.17.6" || python3 -m pip install --quiet ruff==0.17.6
   bash scripts/install-test-tools.sh
   bash scripts/install-python-clients.sh
+  # Helm, hadolint and the manifest validator that test/deploy checks the deployment files with.
+  bash scripts/check-deploy.sh --install-only
 fi
 if [[ $want_bench == 1 ]]; then
   step "installing the peers of bench/peers"

@@ -140,6 +140,7 @@ export class Gateway {
   /** The request log and the tracer, when attached; with none, requests pay nothing for them. */
   private observers: RequestObserver[] = [];
   private closed = false;
+  private startingUp = false;
 
   /**
    * Opens the registry (a SQLite file, or a shared PostgreSQL database: REGISTRY_UNAVAILABLE when
@@ -212,6 +213,16 @@ export class Gateway {
   }
 
   /**
+   * True while `loadAll` (a server starting) registers and loads the repository: the server is
+   * not ready yet. Loads after that (a registration, a model changed on another replica, an
+   * on-demand load) leave it ready, so that replicas loading a new model together do not all
+   * leave their load balancer at once; the model itself answers MODEL_NOT_READY meanwhile.
+   */
+  get starting(): boolean {
+    return this.startingUp;
+  }
+
+  /**
    * Validates a model folder and records it; then (for `load: eager`, the default) loads and warms
    * every version and resolves when each is ready or failed. `on_demand` models load on first use.
    */
@@ -257,6 +268,15 @@ export class Gateway {
    * by another process (another replica, `tensorgate register`) are loaded, reloaded or unloaded.
    */
   async loadAll(): Promise<void> {
+    this.startingUp = true;
+    try {
+      await this.registerAndLoadAll();
+    } finally {
+      this.startingUp = false;
+    }
+  }
+
+  private async registerAndLoadAll(): Promise<void> {
     const dirs = new Set(this.registry.list().map((m) => m.dir));
     for (const dir of scanRepository(this.config.modelsDir)) dirs.add(dir);
     const recorded: ModelRecord[] = [];

@@ -20,8 +20,9 @@ export function serverMetadata() {
 }
 
 /** Ready to serve: not stopping, and no model still loading. */
+/** Ready once start-up has loaded the repository, until the server stops (Gateway.starting says why). */
 export function serverReady(gateway: Gateway): boolean {
-  return !gateway.closing && !gateway.listModels().some((m) => m.versions.some((v) => v.state === 'loading'));
+  return !gateway.closing && !gateway.starting;
 }
 
 export function checkVersion<T extends { version: string }>(versions: T[], model: string, version: string): T {
