@@ -48,6 +48,14 @@ export const ERROR_CODES = {
   INVALID_CONFIG: { status: 400, summary: 'A model config does not match the model repository schema.' },
   UNSUPPORTED_FORMAT: { status: 400, summary: 'The model format is not supported by the installed runtime.' },
   LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },
+  EXPORT_FAILED: {
+    status: 422,
+    summary: 'torch.onnx.export could not export the model (an operator ONNX lacks, control flow it cannot trace).',
+  },
+  EXPORT_MISMATCH: {
+    status: 422,
+    summary: "An exported model's outputs differ from PyTorch's on the same inputs by more than the tolerance.",
+  },
   INFERENCE_FAILED: { status: 500, summary: 'The model raised an error during the forward pass.' },
   WORKER_CRASHED: { status: 503, summary: 'The worker process serving the model exited; it is restarted.' },
   REMOTE_UNAVAILABLE: {

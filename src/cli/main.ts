@@ -2,6 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { LOG_FORMATS, LOG_LEVELS } from '../observability/logger.js';
 import { VERSION } from '../version.js';
 import { runEncryptModel } from './encrypt-model.js';
+import { runExportOnnx } from './export-onnx.js';
 import { runInfer } from './infer.js';
 import { DEFAULT_KEYS_FILE, runKeysCreate, runKeysList, runKeysRevoke } from './keys.js';
 import { configureLogging } from './logs.js';
@@ -135,6 +136,23 @@ program
   )
   .argument('<dir>', 'model folder (config.json and version folders) or workflow folder (workflow.json or .yaml)')
   .action((dir: string) => runRegister(program.opts(), dir));
+
+program
+  .command('export-onnx')
+  .description(
+    "export one version of a PyTorch model folder to ONNX, as a model folder for the onnx engine, checked against PyTorch's outputs",
+  )
+  .argument('<dir>', 'the PyTorch model folder')
+  .option('--version <v>', 'the version to export (default: the model default)')
+  .option('--out <dir>', 'the new model folder (default: NAME-onnx beside DIR)')
+  .option(
+    '--tolerance <t>',
+    'largest difference allowed, per element: |onnx - torch| <= t * (1 + |torch|)',
+    positive,
+    1e-4,
+  )
+  .option('--register', 'register the new folder once it checks out')
+  .action((dir: string, opts) => runExportOnnx(program.opts(), dir, opts));
 
 for (const [command, tool, what] of [
   ['load', 'load_model', 'load a model version into a running server and wait until it is ready'],

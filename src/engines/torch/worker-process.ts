@@ -13,7 +13,8 @@ import { type Hello, HelloSchema, ReplySchema } from './protocol.js';
  * it sends requests, matches replies by id, and fails every pending request when the process dies.
  */
 
-const PYTHON_PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../python');
+/** The folder holding the `tensorgate` Python package (the worker, the exporter). */
+export const PYTHON_PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../python');
 
 export function pythonExecutable(): string {
   if (process.env.TENSORGATE_PYTHON) return process.env.TENSORGATE_PYTHON;
@@ -175,7 +176,8 @@ export class WorkerProcess {
   }
 }
 
-function joinPythonPath(dir: string): string {
+/** PYTHONPATH with `dir` first, for a Python process importing the `tensorgate` package. */
+export function joinPythonPath(dir: string): string {
   return process.env.PYTHONPATH ? `${dir}:${process.env.PYTHONPATH}` : dir;
 }
 
