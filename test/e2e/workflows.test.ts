@@ -174,9 +174,13 @@ describe('run_workflow', () => {
     assert.match(text, /^INFERENCE_FAILED: workflow "triage", stage "f" \(model flaky\): .*negative input/);
     assert.equal(data.stage, 'f');
     const stages = data.stages as Stage[];
-    assert.equal(stages.find((s) => s.stage === 'f')?.status, 'failed');
-    assert.equal(stages.find((s) => s.stage === 's')?.status, 'ok');
-    assert.ok(typeof stages.find((s) => s.stage === 's')?.ended_ms === 'number');
+    const failed = stages.find((s) => s.stage === 'f');
+    assert.equal(failed?.status, 'failed');
+    assert.ok(typeof failed?.started_ms === 'number' && typeof failed.ended_ms === 'number', JSON.stringify(failed));
+    // s started with f: finished, or withdrawn when f failed first (the two race); done ones keep their timings.
+    const scored = stages.find((s) => s.stage === 's');
+    assert.ok(scored?.status === 'ok' || scored?.status === 'cancelled', JSON.stringify(scored));
+    if (scored?.status === 'ok') assert.ok(typeof scored.ended_ms === 'number');
     // slow was running when f failed: withdrawn; plus never started.
     assert.equal(stages.find((s) => s.stage === 'plus')?.status, 'not_run');
     // The server keeps serving.
