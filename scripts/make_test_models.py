@@ -9,6 +9,8 @@ OUT_DIR``. Same layout and config format as the demo repository (docs/model-repo
 - ``typed``     TorchScript; int64 ``[-1, 3]`` -> float64 row ``mean``
 - ``mlp``       TorchScript; a seeded 4-16-3 MLP with ``logits`` and int64 ``label`` outputs
 - ``mlp_onnx``  the same MLP exported to ONNX (``torch.onnx.export``, dynamic batch), engine onnx
+- ``mlp_variants`` TorchScript 4-64-64-3 MLP offering every precision, fp32 frozen, and its ONNX
+  export beside it as the onnx variant (and ``perturbed.onnx``, weights + 0.01, for a rejection)
 
 Each builds in milliseconds; no weights worth the name, no downloads.
 """
@@ -110,6 +112,46 @@ def build_mlp_pair(out: Path) -> None:
     write_config(out / "mlp_onnx", config)
 
 
+class WideMlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        self.net = nn.Sequential(
+            nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 3)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def build_mlp_variants(out: Path) -> None:
+    """A model with every kind of variant: bf16/fp16 autocast, int8, frozen fp32, and ONNX."""
+    mlp = WideMlp().eval()
+    version_dir = out / "mlp_variants" / "1"
+    save_torchscript(mlp, version_dir / "model.pt")
+    with torch.no_grad():
+        # model.onnx, then the same graph a little off (every weight + 1e-2) as perturbed.onnx:
+        # an export its check must reject.
+        for file, offset in (("model.onnx", 0.0), ("perturbed.onnx", 1e-2)):
+            for param in mlp.parameters():
+                param.add_(offset)
+            torch.onnx.export(
+                mlp,
+                torch.zeros(1, 4),
+                str(version_dir / file),
+                input_names=["x"],
+                output_names=["logits"],
+                dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+            )
+    inputs, outputs = [spec("x", "float32", [-1, 4])], [spec("logits", "float32", [-1, 3])]
+    config = small_config("mlp_variants", "A seeded 4-64-64-3 MLP.", inputs, outputs)
+    config["versions"]["1"] = {**TORCHSCRIPT, "onnx": "model.onnx"}
+    config["parameters"] = {"precision": ["fp32", "bf16", "fp16", "int8"]}
+    config["optimization"] = {"torch": "freeze"}
+    config["batching"] = {"max_batch_size": 16, "max_queue_delay_us": 1000}
+    write_config(out / "mlp_variants", config)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", help="model repository folder to write the fixtures into")
@@ -130,7 +172,8 @@ def main() -> None:
     wide, sums = [spec("x", "float32", [-1, -1])], [spec("sum", "float32", [-1])]
     build(out, "row_sum", "Sum of each row: large inputs, tiny outputs.", wide, sums, RowSum())
     build_mlp_pair(out)
-    names = "sleepy, flaky, adder, multi_out, typed, row_sum, mlp, mlp_onnx"
+    build_mlp_variants(out)
+    names = "sleepy, flaky, adder, multi_out, typed, row_sum, mlp, mlp_onnx, mlp_variants"
     print(f"wrote {names} to {out.resolve()}")
 
 

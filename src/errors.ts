@@ -31,6 +31,11 @@ export const ERROR_CODES = {
     summary: 'No recent request with that id: unknown, or older than the last 4096 of its model version.',
   },
   BAD_PARAMETER: { status: 400, summary: 'A request parameter is unknown or has a value the model does not offer.' },
+  VARIANT_UNAVAILABLE: {
+    status: 422,
+    summary:
+      'The model offers that precision (or engine), but its variant was rejected by its accuracy check or cannot run on this runtime or device; the message says why. Other precisions still serve.',
+  },
   INVALID_REQUEST: {
     status: 400,
     summary: 'The request breaks its protocol: malformed JSON, a missing field, header lengths that do not add up.',

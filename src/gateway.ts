@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
-import type { Engine, NamedTensor } from './engines/engine.js';
+import type { Engine, NamedTensor, VariantReport } from './engines/engine.js';
 import { OnnxEngine } from './engines/onnx/onnx-engine.js';
 import { RemoteEngine } from './engines/remote/remote-engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
@@ -17,7 +17,7 @@ import { PrometheusMetrics } from './metrics/prometheus.js';
 import { RequestWindow } from './metrics/request-window.js';
 import type { Logger } from './observability/logger.js';
 import type { Adapter, RequestObserver } from './observability/request-observer.js';
-import { defaultVersion, type ModelConfig, type Precision } from './registry/model-config.js';
+import { defaultVersion, type ModelConfig } from './registry/model-config.js';
 import { type ModelRecord, Registry, type RegistryChange } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
@@ -26,6 +26,7 @@ import { parseParameters } from './requests/parameters.js';
 import { type OutputResult, presentOutput } from './requests/present-output.js';
 import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
+import type { VariantChoice, VariantRoute, VersionVariants } from './scheduler/version-variants.js';
 import { AccessControl } from './security/rbac.js';
 import type { TensorSource } from './tensor/source.js';
 import { TensorStore } from './tensor/store.js';
@@ -54,6 +55,8 @@ export interface InferenceResult {
   request_id: string;
   model: string;
   version: string;
+  /** The variant that ran it, `engine-precision` (torch-fp32, torch-int8, onnx-fp32). */
+  variant: string;
   /** Rows in the forward pass that served this request (more than its own when batched). */
   batch_size: number;
   outputs: OutputResult[];
@@ -91,6 +94,7 @@ export interface TensorInferenceResult {
   request_id: string;
   model: string;
   version: string;
+  variant: string;
   batch_size: number;
   outputs: NamedTensor[];
   timings: StageTimings;
@@ -107,6 +111,10 @@ export interface VersionStatus {
   /** Parameters and buffers held, all instances together. */
   loaded_bytes?: number;
   error?: string;
+  /** Each variant: engine, precision, how it is built, its check against fp32 and measured latency. */
+  variants?: VariantReport[];
+  /** Which variant serves each offered precision by default, and why. */
+  engine_choice?: VariantChoice[];
 }
 
 export interface ModelSummaryInfo {
@@ -243,8 +251,8 @@ export class Gateway {
         // Workflows calling this model are checked again against its new specs.
         this.workflows.refresh();
         await this.models.unload(name);
-        if (source.config.load === 'eager') await this.loadVersions(name, source.dir, source.config);
-        return this.modelInfo(name);
+        if (source.config.load === 'eager') await this.loadVersions(name, source.dir, source.config, true);
+        return this.modelInfo(name, { variants: true });
       } finally {
         this.registering.delete(name);
       }
@@ -376,11 +384,15 @@ export class Gateway {
     }
   }
 
-  private async loadVersions(name: string, dir: string, config: ModelConfig): Promise<void> {
+  /**
+   * Loads every version of a model; with `variants` (registration), also waits for their variants'
+   * checks and latencies, which serving does not wait for: a ready model serves meanwhile.
+   */
+  private async loadVersions(name: string, dir: string, config: ModelConfig, variants = false): Promise<void> {
     await Promise.all(
       // A failed load leaves the version failed (or unloaded, when it never started) and is logged.
       Object.keys(config.versions).map((version) =>
-        this.models.load(name, version, dir, config).catch((err: unknown) =>
+        this.models.load(name, version, dir, config, { variants }).catch((err: unknown) =>
           this.log(`could not load ${name}@${version}: ${(err as Error).message}`, {
             level: 'error',
             model: name,
@@ -395,7 +407,8 @@ export class Gateway {
     return this.registry.names().map((name) => this.modelInfo(name));
   }
 
-  modelInfo(name: string): ModelSummaryInfo {
+  /** A model's versions and their state; `variants` adds each version's variants and engine choice. */
+  modelInfo(name: string, { variants = false } = {}): ModelSummaryInfo {
     const config = this.modelConfig(name);
     const versions = Object.keys(config.versions).sort((a, b) => Number(a) - Number(b));
     return {
@@ -418,6 +431,7 @@ export class Gateway {
               }
             : {}),
           ...(pool?.error ? { error: pool.error.message } : {}),
+          ...(variants ? variantsOf(this.models.variants(name, version), config) : {}),
         };
       }),
     };
@@ -447,6 +461,7 @@ export class Gateway {
       request_id: run.request_id,
       model: run.model,
       version: run.version,
+      variant: run.variant,
       batch_size: run.batch_size,
       outputs,
       timings: run.finish(encodeStart),
@@ -467,6 +482,7 @@ export class Gateway {
       request_id: run.request_id,
       model: run.model,
       version: run.version,
+      variant: run.variant,
       batch_size: run.batch_size,
       outputs: run.outputs,
       timings: run.finish(performance.now()),
@@ -497,6 +513,7 @@ export class Gateway {
     let inputs: DecodedInput[];
     let response: Awaited<ReturnType<ModelPool['infer']>>;
     let parameters: ReturnType<typeof parseParameters>;
+    let route: VariantRoute;
     let decodeStart = start;
     let decodeMs = 0;
     try {
@@ -505,11 +522,15 @@ export class Gateway {
       version = request.version ?? defaultVersion(config);
       const pool = this.poolFor(config, version);
       parameters = parseParameters(request.parameters, config);
+      route = this.models.variants(config.name, version)?.route(parameters.precision, parameters.engine) ?? {
+        pool,
+        variant: `${config.engine}-${parameters.precision}`,
+      };
       const timeoutMs = parameters.timeout_ms ?? config.timeout_ms ?? this.config.defaultTimeoutMs;
       decodeStart = performance.now();
       inputs = decode(config);
       decodeMs = performance.now() - decodeStart;
-      response = await pool.infer({ inputs, precision: parameters.precision as Precision }, { timeoutMs, signal });
+      response = await route.pool.infer({ inputs, precision: parameters.precision }, { timeoutMs, signal });
     } catch (err) {
       // Every failure is counted: by code, and against the model version when it is known.
       const name = config?.name;
@@ -533,6 +554,7 @@ export class Gateway {
       config,
       inputs,
       topK: parameters.top_k,
+      variant: route.variant,
       batch_size: response.batchSize,
       outputs: response.outputs,
       /** The stage timings, with encoding counted from `encodeStart` to now. */
@@ -657,6 +679,12 @@ export class Gateway {
 
 /** Errors already counted: an adapter answering one the pipeline counted must not count it again. */
 const counted = new WeakSet<object>();
+
+function variantsOf(variants: VersionVariants | undefined, config: ModelConfig): Partial<VersionStatus> {
+  if (!variants) return {};
+  const offered = ['fp32' as const, ...config.parameters.precision.filter((p) => p !== 'fp32')];
+  return { variants: variants.reports(), engine_choice: variants.choices(offered) };
+}
 
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;

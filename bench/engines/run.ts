@@ -1,17 +1,26 @@
 /**
- * bench/engines: the same model on the torch engine and on the onnx engine, in one gateway, in
- * the same run. Each demo model's version 1 is served as MODEL-torch (TorchScript in a worker
- * process) and MODEL-onnx (exported with torch.onnx.export by export_onnx.py, ONNX Runtime in a
- * thread of the gateway), with the same batching and one instance each.
+ * bench/engines: the variants of one model side by side, in one gateway, in the same run. Each
+ * demo model's version 1 is registered with `tensorgate register --export onnx` (its ONNX export
+ * becomes the onnx variant) and offers fp32, bf16 and int8; a second copy, MODEL-optimized, has
+ * `optimization.torch: optimize_for_inference`. The variants measured, picked per request as a
+ * client would pick them:
  *
- *   node --import tsx bench/engines/run.ts [--ms 4000] [--rounds 3] [--out FILE]
+ *   torch-fp32            MODEL, {"engine": "torch"}     TorchScript in a worker process (the baseline)
+ *   torch-fp32-optimized  MODEL-optimized                frozen + optimize_for_inference
+ *   torch-bf16            MODEL, {"precision": "bf16"}   autocast
+ *   torch-int8            MODEL, {"precision": "int8"}   dynamic quantization
+ *   onnx-fp32             MODEL                          the export in ONNX Runtime, in the gateway
  *
- * Per model and concurrency (1 and 16), closed loops of OIP v2 binary requests, the engines
- * alternating round by round so drift hits both alike; then the same in-process (requests handed
- * to a Gateway in this process), which leaves out the HTTP front that both engines pay alike. Also: the largest difference between the
- * two engines' outputs on the same inputs, and memory (the torch worker's RSS from /metrics; what
- * loading the onnx sessions added to the gateway's RSS). Target: at least 1.5x the torch fp32
- * throughput on the small model at concurrency 16. Results go to bench/results/engines-<time>.json.
+ *   node --import tsx bench/engines/run.ts [--ms 3000] [--rounds 3] [--out FILE]
+ *
+ * Per model and concurrency (1 and 16), closed loops of OIP v2 binary requests, the variants
+ * taking turns round by round so drift hits all alike; then the same in-process (requests handed
+ * to a Gateway in this process), which leaves out the HTTP front every variant pays alike. Also:
+ * each variant's largest difference from torch fp32 on the same inputs and how often the argmax
+ * agrees; memory (worker RSS from /metrics, what the onnx sessions added to the gateway's RSS);
+ * what describe_model says of each variant (its check, and why torch.compile is or is not there).
+ * Target: the best variant at least 1.5x the torch fp32 throughput on the small model at
+ * concurrency 16. Results go to bench/results/engines-<time>.json.
  */
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -19,6 +28,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { defaultConfig } from '../../src/config.js';
 import { Gateway } from '../../src/gateway.js';
 import { tensorSource } from '../../src/tensor/source.js';
@@ -36,14 +46,23 @@ import {
   stopProcess,
   waitHealthy,
 } from '../peers/harness.js';
-import type { Accuracy, EngineBlock, EngineName, EnginesFile } from './render.js';
+import type { Accuracy, EngineBlock, EnginesFile, VariantNote } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
 const TARGET_RATIO = 1.5;
 const CONCURRENCIES = [1, 16];
-const ENGINES: EngineName[] = ['torch', 'onnx'];
 const BATCHING = { max_batch_size: 16, max_queue_delay_us: 1000 };
+const BASELINE = 'torch-fp32';
+
+/** Each variant: the model it is served by (suffix) and the request parameters that pick it. */
+const VARIANTS: { name: string; suffix: string; parameters: Record<string, string> }[] = [
+  { name: BASELINE, suffix: '', parameters: { engine: 'torch' } },
+  { name: 'torch-fp32-optimized', suffix: '-optimized', parameters: {} },
+  { name: 'torch-bf16', suffix: '', parameters: { precision: 'bf16' } },
+  { name: 'torch-int8', suffix: '', parameters: { precision: 'int8' } },
+  { name: 'onnx-fp32', suffix: '', parameters: {} },
+];
 
 const { values: opts } = parseArgs({
   options: {
@@ -69,23 +88,15 @@ function inputs(elements: number, seed: number): Float32Array {
   return out;
 }
 
-/** MODEL-torch: version 1 of the demo model with the benchmark's batching. */
-function torchCopy(source: string, repo: string, name: string): void {
+/** Version 1 of a demo model with the benchmark's batching, precisions and optimization. */
+function modelCopy(source: string, repo: string, name: string, extra: Record<string, unknown>): string {
   const dir = join(repo, name);
   cpSync(join(source, '1'), join(dir, '1'), { recursive: true });
   const config = JSON.parse(readFileSync(join(source, 'config.json'), 'utf8')) as Record<string, unknown>;
   const versions = config.versions as Record<string, unknown>;
-  writeFileSync(
-    join(dir, 'config.json'),
-    JSON.stringify({ ...config, name, versions: { '1': versions['1'] }, default_version: '1', batching: BATCHING }),
-  );
-}
-
-function onnxExport(source: string, out: string, name: string): void {
-  execFileSync(PYTHON, [join(ROOT, 'bench/engines/export_onnx.py'), source, out, name], { stdio: 'ignore' });
-  const file = join(out, name, 'config.json');
-  const config = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-  writeFileSync(file, JSON.stringify({ ...config, batching: BATCHING }));
+  const config_ = { ...config, name, versions: { '1': versions['1'] }, default_version: '1', batching: BATCHING };
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config_, ...extra }));
+  return dir;
 }
 
 function rssMb(pid: number): number {
@@ -102,15 +113,8 @@ async function workerRssMb(base: string, model: string): Promise<number> {
 }
 
 /** One binary request's output, as floats. */
-async function outputOf(
-  base: string,
-  model: string,
-  input: string,
-  output: string,
-  shape: number[],
-  data: Float32Array,
-) {
-  const prepared = binaryRequest({ input, output, shape, outputBytes: 0 }, data);
+async function outputOf(base: string, model: string, request: Request, parameters: Record<string, string>) {
+  const prepared = request.withParameters(parameters);
   const res = await fetch(`${base}/v2/models/${model}/infer`, {
     method: 'POST',
     headers: Object.fromEntries(Object.entries(prepared.headers).map(([k, v]) => [k, String(v)])),
@@ -119,7 +123,10 @@ async function outputOf(
   if (res.status !== 200) throw new Error(`${model}: HTTP ${res.status} ${await res.text()}`);
   const body = Buffer.from(await res.arrayBuffer());
   const header = Number(res.headers.get('inference-header-content-length'));
-  return new Float32Array(new Uint8Array(body.subarray(header)).buffer);
+  const { parameters: answered } = JSON.parse(body.subarray(0, header).toString()) as {
+    parameters: { variant: string };
+  };
+  return { variant: answered.variant, values: new Float32Array(new Uint8Array(body.subarray(header)).buffer) };
 }
 
 async function main(): Promise<void> {
@@ -129,70 +136,89 @@ async function main(): Promise<void> {
   const demo = join(ROOT, 'models');
   buildDemoModels(ROOT, PYTHON, demo);
   const repo = join(work, 'models');
-  const staged = join(work, 'onnx');
   mkdirSync(repo);
+  const offered = { parameters: { precision: ['fp32', 'bf16', 'int8'] } };
   for (const m of MODELS) {
-    torchCopy(join(demo, m.source), repo, `${m.source}-torch`);
-    onnxExport(join(demo, m.source), staged, `${m.source}-onnx`);
+    modelCopy(join(demo, m.source), repo, m.source, offered);
+    modelCopy(join(demo, m.source), repo, `${m.source}-optimized`, {
+      optimization: { torch: 'optimize_for_inference' },
+    });
   }
   const { child, base } = await startTensorgate(ROOT, repo, work);
   try {
-    for (const m of MODELS) await waitHealthy(base, `/v2/models/${m.source}-torch/ready`);
-    // The onnx models load after the gateway has settled, so their memory shows as a difference.
+    for (const m of MODELS) await waitHealthy(base, `/v2/models/${m.source}/ready`);
     await new Promise((r) => setTimeout(r, 1000));
-    const before = rssMb(child.pid as number);
+    // The exports are added once the gateway has settled, so that their sessions show as a difference.
     const memory: EnginesFile['memory_mb'] = [];
     for (const m of MODELS) {
-      cpSync(join(staged, `${m.source}-onnx`), join(repo, `${m.source}-onnx`), { recursive: true });
+      const dir = join(repo, m.source);
+      execFileSync(
+        process.execPath,
+        [join(ROOT, 'bin/tensorgate.js'), '--registry', join(work, 'export.db'), '--models', repo].concat([
+          '--audit-log',
+          join(work, 'export-audit.jsonl'),
+          'register',
+          dir,
+          '--export',
+          'onnx',
+        ]),
+        { stdio: ['ignore', 'inherit', 'inherit'] },
+      );
       const gatewayBefore = rssMb(child.pid as number);
-      const res = await fetch(`${base}/v2/repository/models/${m.source}-onnx/load`, { method: 'POST' });
-      if (res.status !== 200) throw new Error(`loading ${m.source}-onnx: ${await res.text()}`);
+      const res = await fetch(`${base}/v2/repository/models/${m.source}/load`, { method: 'POST' });
+      if (res.status !== 200) throw new Error(`loading ${m.source} with its export: ${await res.text()}`);
       memory.push({
         model: m.source,
-        torch_worker: await workerRssMb(base, `${m.source}-torch`),
+        torch_worker: await workerRssMb(base, m.source),
+        torch_worker_optimized: await workerRssMb(base, `${m.source}-optimized`),
         onnx_in_gateway: round(rssMb(child.pid as number) - gatewayBefore, 1),
       });
     }
-    process.stderr.write(`gateway RSS ${before} MB before the onnx sessions\n`);
+    const notes = await variantNotes(base);
 
     const accuracy: Accuracy[] = [];
     for (const m of MODELS) {
       const rows = m.item.length === 1 ? 64 : 4;
-      const data = inputs(rows * m.item.reduce((a, b) => a * b, 1), 11);
-      const shape = [rows, ...m.item];
-      const [t, o] = await Promise.all(
-        ENGINES.map((e) => outputOf(base, `${m.source}-${e}`, m.input, m.output, shape, data)),
+      const request = makeRequest(m, rows, 11);
+      const outputs = await Promise.all(
+        VARIANTS.map((v) => outputOf(base, `${m.source}${v.suffix}`, request, v.parameters)),
       );
-      let maxAbs = 0;
-      let agree = 0;
-      for (let r = 0; r < rows; r++) {
-        let bestT = 0;
-        let bestO = 0;
-        for (let c = 0; c < m.classes; c++) {
-          const i = r * m.classes + c;
-          maxAbs = Math.max(maxAbs, Math.abs((t?.[i] ?? 0) - (o?.[i] ?? 0)));
-          if ((t?.[i] ?? 0) > (t?.[r * m.classes + bestT] ?? 0)) bestT = c;
-          if ((o?.[i] ?? 0) > (o?.[r * m.classes + bestO] ?? 0)) bestO = c;
+      const baseline = outputs[0]?.values as Float32Array;
+      VARIANTS.forEach((v, index) => {
+        const { variant, values } = outputs[index] as { variant: string; values: Float32Array };
+        if (variant !== v.name.replace('-optimized', '')) throw new Error(`${v.name} was served by ${variant}`);
+        if (v.name === BASELINE) return;
+        let maxAbs = 0;
+        let agree = 0;
+        for (let r = 0; r < rows; r++) {
+          let bestA = 0;
+          let bestB = 0;
+          for (let c = 0; c < m.classes; c++) {
+            const i = r * m.classes + c;
+            maxAbs = Math.max(maxAbs, Math.abs((baseline[i] ?? 0) - (values[i] ?? 0)));
+            if ((baseline[i] ?? 0) > (baseline[r * m.classes + bestA] ?? 0)) bestA = c;
+            if ((values[i] ?? 0) > (values[r * m.classes + bestB] ?? 0)) bestB = c;
+          }
+          if (bestA === bestB) agree++;
         }
-        if (bestT === bestO) agree++;
-      }
-      accuracy.push({ model: m.source, rows, max_abs_diff: maxAbs, argmax_agree: agree });
+        accuracy.push({ model: m.source, variant: v.name, rows, max_abs_diff: maxAbs, argmax_agree: agree });
+      });
     }
 
-    const blocks = await measureAll('http', (model, engine, request) => {
-      const path = `/v2/models/${model}-${engine}/infer`;
-      return async () => httpCall(base, path, request.prepared);
+    const blocks = await measureAll('http', (model, parameters, request) => {
+      const prepared = request.withParameters(parameters);
+      return async () => httpCall(base, `/v2/models/${model}/infer`, prepared);
     });
     await stopProcess(child);
-    // The same engines without the HTTP front: requests handed to the gateway in this process.
+    // The same variants without the HTTP front: requests handed to the gateway in this process.
     const gateway = await Gateway.open({ ...defaultConfig(work), registry: join(work, 'r2.db'), modelsDir: repo });
     try {
       await gateway.loadAll();
       blocks.push(
-        ...(await measureAll('in-process', (model, engine, request) => {
+        ...(await measureAll('in-process', (model, parameters, request) => {
           const inputs = new Map([[request.input, tensorSource(request.tensor)]]);
           return async () => async () => {
-            await gateway.inferTensors({ model: `${model}-${engine}`, inputs, form: 'binary' });
+            await gateway.inferTensors({ model, inputs, form: 'binary', parameters });
           };
         })),
       );
@@ -205,9 +231,11 @@ async function main(): Promise<void> {
       machine: machineInfo(ROOT, { python: PYTHON }),
       block_ms: blockMs,
       rounds,
+      baseline: BASELINE,
       blocks,
       accuracy,
       memory_mb: memory,
+      variants: notes,
       target_ratio: TARGET_RATIO,
     };
     const out =
@@ -216,11 +244,11 @@ async function main(): Promise<void> {
     writeFileSync(out, `${JSON.stringify(file, null, 2)}\n`);
     for (const b of blocks)
       process.stdout.write(
-        `${b.model} ${b.engine} c=${b.concurrency}: ${b.throughput} req/s, p50 ${b.latency_ms.p50} ms, p99 ${b.latency_ms.p99} ms\n`,
+        `${b.surface} ${b.model} ${b.variant} c=${b.concurrency}: ${b.throughput} req/s, p50 ${b.latency_ms.p50} ms, p99 ${b.latency_ms.p99} ms\n`,
       );
     for (const a of accuracy)
       process.stdout.write(
-        `${a.model}: max |torch - onnx| ${a.max_abs_diff}, argmax agrees ${a.argmax_agree}/${a.rows}\n`,
+        `${a.model} ${a.variant}: max |variant - torch fp32| ${a.max_abs_diff}, argmax agrees ${a.argmax_agree}/${a.rows}\n`,
       );
     process.stdout.write(`wrote ${out}\n`);
   } finally {
@@ -228,43 +256,39 @@ async function main(): Promise<void> {
     rmSync(work, { recursive: true, force: true });
   }
 
-  /** Both engines on every model at every concurrency, the engines alternating round by round. */
+  /** Every variant of every model at every concurrency, the variants taking turns round by round. */
   async function measureAll(
     surface: EngineBlock['surface'],
-    makeCall: (model: string, engine: EngineName, request: Request) => (client: number) => Promise<Call>,
+    makeCall: (
+      model: string,
+      parameters: Record<string, string>,
+      request: Request,
+    ) => (client: number) => Promise<Call>,
   ): Promise<EngineBlock[]> {
     const blocks: EngineBlock[] = [];
     for (const m of MODELS) {
-      const shape = [1, ...m.item];
-      const data = inputs(
-        m.item.reduce((a, b) => a * b, 1),
-        5,
-      );
-      const request: Request = {
-        input: m.input,
-        tensor: { dtype: 'float32', shape, data: new Uint8Array(data.buffer) },
-        prepared: binaryRequest({ input: m.input, output: m.output, shape, outputBytes: m.classes * 4 }, data),
-      };
+      const request = makeRequest(m, 1, 5);
       for (const concurrency of CONCURRENCIES) {
-        const measured = new Map<EngineName, Measured[]>(ENGINES.map((e) => [e, []]));
+        const measured = new Map<string, Measured[]>(VARIANTS.map((v) => [v.name, []]));
         for (let r = 0; r < rounds; r++) {
-          const order = r % 2 === 0 ? ENGINES : [...ENGINES].reverse();
-          for (const engine of order) {
-            const result = await closedLoop(makeCall(m.source, engine, request), concurrency, blockMs, 500);
-            measured.get(engine)?.push(result);
+          const order = r % 2 === 0 ? VARIANTS : [...VARIANTS].reverse();
+          for (const v of order) {
+            const call = makeCall(`${m.source}${v.suffix}`, v.parameters, request);
+            const result = await closedLoop(call, concurrency, blockMs, 500);
+            measured.get(v.name)?.push(result);
             process.stderr.write(
-              `${surface} ${m.source} ${engine} c=${concurrency} round ${r + 1}: ${result.throughput} req/s, p50 ${result.latency.p50} ms\n`,
+              `${surface} ${m.source} ${v.name} c=${concurrency} round ${r + 1}: ${result.throughput} req/s, p50 ${result.latency.p50} ms\n`,
             );
           }
         }
-        for (const engine of ENGINES) {
-          const runs = measured.get(engine) ?? [];
+        for (const v of VARIANTS) {
+          const runs = measured.get(v.name) ?? [];
           // The round with the median p50 stands for the latencies; throughput is the mean of the rounds.
           const byP50 = [...runs].sort((a, b) => a.latency.p50 - b.latency.p50);
           blocks.push({
             surface,
             model: m.source,
-            engine,
+            variant: v.name,
             concurrency,
             throughput: round(runs.reduce((a, b) => a + b.throughput, 0) / runs.length, 1),
             latency_ms: (byP50[byP50.length >> 1] as Measured).latency,
@@ -276,10 +300,40 @@ async function main(): Promise<void> {
   }
 }
 
+/** What describe_model says of each variant of each benchmarked model: state, check, reason. */
+async function variantNotes(base: string): Promise<VariantNote[]> {
+  const client = new Client({ name: 'bench-engines', version: '0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`)));
+  try {
+    const notes: VariantNote[] = [];
+    for (const m of MODELS)
+      for (const model of [m.source, `${m.source}-optimized`]) {
+        const result = await client.callTool({ name: 'describe_model', arguments: { model } });
+        const info = result.structuredContent as { versions: { variants?: Omit<VariantNote, 'model'>[] }[] };
+        for (const v of info.versions[0]?.variants ?? []) notes.push({ model, ...v });
+      }
+    return notes;
+  } finally {
+    await client.close();
+  }
+}
+
+function makeRequest(m: (typeof MODELS)[number], rows: number, seed: number): Request {
+  const shape = [rows, ...m.item];
+  const data = inputs(rows * m.item.reduce((a, b) => a * b, 1), seed);
+  const t = { input: m.input, output: m.output, shape, outputBytes: rows * m.classes * 4 };
+  return {
+    input: m.input,
+    tensor: { dtype: 'float32', shape, data: new Uint8Array(data.buffer) },
+    withParameters: (parameters) => binaryRequest(t, data, parameters),
+  };
+}
+
 interface Request {
   input: string;
   tensor: Tensor;
-  prepared: Prepared;
+  /** The OIP v2 binary request with these request parameters. */
+  withParameters: (parameters: Record<string, string>) => Prepared;
 }
 
 await main();

@@ -30,11 +30,12 @@ export function jsonRequest(t: OipTensors, data: Float32Array): Prepared {
 }
 
 /** v2 binary tensor data (the tritonclient extension): the raw bytes after a JSON header; binary outputs. */
-export function binaryRequest(t: OipTensors, data: Float32Array): Prepared {
+export function binaryRequest(t: OipTensors, data: Float32Array, parameters?: Record<string, string>): Prepared {
   const header = Buffer.from(
     JSON.stringify({
       inputs: [{ name: t.input, shape: t.shape, datatype: 'FP32', parameters: { binary_data_size: data.byteLength } }],
       outputs: [{ name: t.output, parameters: { binary_data: true } }],
+      ...(parameters && Object.keys(parameters).length > 0 ? { parameters } : {}),
     }),
   );
   return {

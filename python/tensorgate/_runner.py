@@ -7,44 +7,16 @@ would report launch time, not work.
 
 from __future__ import annotations
 
-import contextlib
 import time
-import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from ._errors import BAD_PARAMETER, INFERENCE_FAILED, WorkerError
+from ._errors import INFERENCE_FAILED, WorkerError
 from ._loader import ModelSpec, TensorSpec
-
-PRECISIONS: dict[str, torch.dtype | None] = {
-    "fp32": None,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
-
-_autocast_ok: dict[tuple[str, torch.dtype], bool] = {}
-
-
-def autocast_supported(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether ``torch.autocast`` really runs ``dtype`` on ``device_type``.
-
-    torch only says so by warning and disabling itself (1.13: CPU autocast is bfloat16 only) or by
-    raising, so we try it once per pair and remember.
-    """
-    key = (device_type, dtype)
-    if key not in _autocast_ok:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                with torch.autocast(device_type=device_type, dtype=dtype):
-                    pass
-            _autocast_ok[key] = True
-        except (RuntimeError, UserWarning, AssertionError):
-            _autocast_ok[key] = False
-    return _autocast_ok[key]
-
+from ._variants import Variant, VariantOptions, Variants
 
 Named = list[tuple[TensorSpec, torch.Tensor]]
 
@@ -85,28 +57,19 @@ class Runner:
         self.model = model
         self.spec = spec
         self.device = device
+        self.variants: Variants | None = None
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def precision(self, name: object) -> contextlib.AbstractContextManager[Any]:
-        """The autocast context for a precision name; BAD_PARAMETER if it cannot run here."""
-        if name not in PRECISIONS:
-            raise WorkerError(
-                BAD_PARAMETER, f"unknown precision {name!r}; expected one of {list(PRECISIONS)}"
-            )
-        dtype = PRECISIONS[name]  # type: ignore[index]
-        if dtype is None:
-            return contextlib.nullcontext()
-        if not autocast_supported(self.device.type, dtype):
-            raise WorkerError(
-                BAD_PARAMETER,
-                f"precision {name} is not supported on {self.device.type} by torch "
-                f"{torch.__version__}; use fp32"
-                + (" or bf16" if autocast_supported(self.device.type, torch.bfloat16) else ""),
-            )
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
+    def build_variants(self, options: VariantOptions) -> Variants:
+        """Builds and checks the variants the config asks for (see _variants.py) and warms them."""
+        self.variants = Variants(self.model, self.spec, self.device, options, self.forward)
+        for variant in self.variants.by_precision.values():
+            if variant.ready and (variant.module is not self.model or variant.autocast is not None):
+                self.warmup(self.spec.warmup_runs, variant)
+        return self.variants
 
     def to_device(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Inputs on the model's device (a no-op on CPU: the arena views are used as they are)."""
@@ -115,12 +78,16 @@ class Runner:
         return moved
 
     def forward(
-        self, inputs: list[torch.Tensor], precision: contextlib.AbstractContextManager[Any]
+        self,
+        module: Callable[..., Any],
+        inputs: list[torch.Tensor],
+        variant: Variant | None = None,
     ) -> Named:
-        """The forward pass, synchronised; model errors become INFERENCE_FAILED."""
+        """The forward pass of one variant, synchronised; model errors become INFERENCE_FAILED."""
+        context = variant.context(self.device.type) if variant is not None else nullcontext()
         try:
-            with torch.inference_mode(), precision:
-                result = self.model(*inputs)
+            with torch.inference_mode(), context:
+                result = module(*inputs)
             self.sync()
         except WorkerError:
             raise
@@ -128,7 +95,11 @@ class Runner:
             raise WorkerError(INFERENCE_FAILED, str(exc) or type(exc).__name__) from exc
         return name_outputs(result, self.spec.outputs)
 
-    def warmup(self, runs: int) -> float:
+    def run(self, variant: Variant, inputs: list[torch.Tensor]) -> Named:
+        """A request's forward pass on the variant its precision picked."""
+        return self.forward(variant.module or self.model, inputs, variant)
+
+    def warmup(self, runs: int, variant: Variant | None = None) -> float:
         """Runs the model on zeros of the declared shapes (-1 -> 1); returns the milliseconds.
 
         The first calls pay for lazy initialisation (TorchScript profiling, allocator growth,
@@ -142,5 +113,5 @@ class Runner:
                 )
                 for s in self.spec.inputs
             ]
-            self.forward(zeros, contextlib.nullcontext())
+            self.forward(variant.module or self.model if variant else self.model, zeros, variant)
         return (time.perf_counter() - start) * 1000.0

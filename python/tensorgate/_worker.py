@@ -30,6 +30,7 @@ from ._errors import (
 )
 from ._loader import ModelSpec, load_model, supported_formats
 from ._runner import Runner
+from ._variants import VariantOptions
 
 log = logging.getLogger("tensorgate.worker")
 
@@ -117,7 +118,9 @@ class Worker:
                 op,
                 error.code,
                 error.message,
-                exc_info=exc,
+                # A refusal of the worker's own (a precision whose variant cannot serve) has no
+                # traceback worth reading; a failure with a cause has.
+                exc_info=exc if error.__cause__ is not None or error is not exc else None,
             )
             return {"id": request_id, "ok": False, "error": error.to_json()}
 
@@ -139,6 +142,9 @@ class Worker:
             warmup_ms = runner.warmup(spec.warmup_runs)
         except WorkerError as exc:
             raise WorkerError(LOAD_FAILED, f"warm-up failed: {exc.message}") from exc.__cause__
+        checked = time.perf_counter()
+        variants = runner.build_variants(VariantOptions.from_json(message.get("variants")))
+        variants_ms = _ms(checked, time.perf_counter())
         self.runner = runner
         log.info(
             "loaded %s v%s (%s) on %s in %.1f ms, warm-up %.1f ms",
@@ -154,6 +160,8 @@ class Worker:
             "load_ms": _ms(start, loaded),
             "warmup_ms": round(warmup_ms, 3),
             "weights_bytes": weights_bytes(model),
+            "variants": variants.reports(),
+            "variants_ms": variants_ms,
         }
 
     def _infer(self, message: Message) -> Message:
@@ -166,7 +174,7 @@ class Worker:
         parameters = message.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise WorkerError(BAD_PARAMETER, "'parameters' must be an object")
-        precision = runner.precision(parameters.get("precision") or "fp32")
+        variant = runner.variants.get(parameters.get("precision") or "fp32")  # type: ignore[union-attr]
 
         t0 = time.perf_counter()
         inputs = [
@@ -177,7 +185,7 @@ class Worker:
         ]
         inputs = runner.to_device(inputs)
         t1 = time.perf_counter()
-        outputs = runner.forward(inputs, precision)
+        outputs = runner.run(variant, inputs)
         del inputs  # the arena views are only valid until we answer
         t2 = time.perf_counter()
         written: list[Message] = []

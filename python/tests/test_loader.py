@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,8 @@ from tensorgate._errors import (
     WorkerError,
 )
 from tensorgate._loader import ModelSpec, load_model, resolve_device, supported_formats
-from tensorgate._runner import Runner, autocast_supported, name_outputs
+from tensorgate._runner import Runner, name_outputs
+from tensorgate._variants import VARIANT_UNAVAILABLE, VariantOptions, Variants, autocast_supported
 
 HAS_EXPORT = "export" in supported_formats()
 
@@ -164,31 +164,113 @@ def test_warmup_runs_on_zeros_of_the_declared_shape(tmp_path):
     assert runner.warmup(2) >= 0.0
 
 
+def variants_for(runner: Runner, *precisions: str, **options) -> Variants:
+    return runner.build_variants(
+        VariantOptions.from_json({"precisions": list(precisions), **options})
+    )
+
+
 def test_bf16_runs_under_autocast_on_cpu(tmp_path):
     linear = torch.nn.Linear(4, 3)
     runner = runner_for(linear, tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 3]}])
-    [(spec, out)] = runner.forward([torch.ones(2, 4)], runner.precision("bf16"))
+    variant = variants_for(runner, "bf16").get("bf16")
+    assert variant.method == "autocast bf16" and variant.state == "ready"
+    assert variant.max_abs is not None and variant.max_abs < 0.05
+    [(spec, out)] = runner.run(variant, [torch.ones(2, 4)])
     assert out.dtype == torch.bfloat16  # the worker casts back to spec.dtype when writing
     assert torch.allclose(out.float(), linear(torch.ones(2, 4)), atol=0.05)
 
 
-def test_unknown_or_unsupported_precision_is_bad_parameter(tmp_path):
+def test_unknown_or_unsupported_precision_is_refused(tmp_path):
     runner = runner_for(Double(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
-    assert isinstance(runner.precision("fp32"), contextlib.nullcontext)
+    variants = variants_for(runner, "fp16")
+    assert variants.get("fp32").method == "plain"
     with pytest.raises(WorkerError) as info:
-        runner.precision("int4")
+        variants.get("int4")
     assert info.value.code == BAD_PARAMETER
     if not autocast_supported("cpu", torch.float16):  # torch 1.13: CPU autocast is bf16 only
-        with pytest.raises(WorkerError, match="fp16 is not supported on cpu") as info:
-            runner.precision("fp16")
-        assert info.value.code == BAD_PARAMETER
+        assert variants.by_precision["fp16"].state == "unavailable"
+        with pytest.raises(WorkerError, match="cannot run fp16 on cpu") as info:
+            variants.get("fp16")
+        assert info.value.code == VARIANT_UNAVAILABLE
 
 
 def test_model_errors_are_inference_failed(tmp_path):
     runner = runner_for(Double(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
     with pytest.raises(WorkerError) as info:
-        runner.forward([torch.ones(1, 4), torch.ones(1)], contextlib.nullcontext())
+        runner.forward(runner.model, [torch.ones(1, 4), torch.ones(1)])
     assert info.value.code == INFERENCE_FAILED
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_int8_quantizes_linear_layers_and_is_checked_against_fp32(tmp_path):
+    runner = runner_for(Mlp(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    variant = variants_for(runner, "int8").get("int8")
+    assert variant.state == "ready" and variant.method.startswith("dynamic quantization")
+    assert 0 < variant.max_abs < variant.tolerance == 5e-2  # quantized: close, not equal
+    assert "quantized::" in str(variant.module.inlined_graph)
+    x = torch.rand(3, 4)
+    [(_, got)] = runner.run(variant, [x])
+    assert torch.allclose(got, runner.model(x), atol=0.05)
+
+
+def test_int8_outside_its_tolerance_is_rejected_and_fp32_still_serves(tmp_path):
+    runner = runner_for(Mlp(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    variants = variants_for(runner, "int8", tolerance={"int8": 1e-9})
+    int8 = variants.by_precision["int8"]
+    assert int8.state == "rejected" and 'output "y" is off from fp32' in int8.reason
+    with pytest.raises(WorkerError, match="past the tolerance 1e-09") as info:
+        variants.get("int8")
+    assert info.value.code == VARIANT_UNAVAILABLE
+    assert variants.get("fp32").ready
+
+
+def test_int8_without_a_quantizable_layer_is_unavailable(tmp_path):
+    runner = runner_for(Double(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    int8 = variants_for(runner, "int8").by_precision["int8"]
+    assert int8.state == "unavailable" and "no Linear, LSTM or GRU layer" in int8.reason
+
+
+def test_eager_int8_uses_quantize_dynamic():
+    spec = model_spec(Path("/m.pt"), "eager", entry="m:build")
+    options = VariantOptions.from_json({"precisions": ["int8"]})
+    runner = Runner(Mlp().eval(), spec, torch.device("cpu"))
+    variants = Variants(runner.model, spec, runner.device, options, runner.forward)
+    assert variants.get("int8").max_abs < 5e-2
+
+
+@pytest.mark.parametrize("method", ["freeze", "optimize_for_inference"])
+def test_torchscript_optimizations_serve_fp32_when_they_agree(tmp_path, method):
+    runner = runner_for(Mlp(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    fp32 = variants_for(runner, torch_optimization=method).get("fp32")
+    assert fp32.method == method and fp32.max_abs <= 1e-5
+    assert fp32.module is not runner.model
+
+
+def test_compile_without_torch_compile_falls_back_to_plain_fp32_with_the_reason(tmp_path):
+    runner = runner_for(Mlp(), tmp_path, [{"name": "y", "dtype": "float32", "shape": [-1, 4]}])
+    fp32 = variants_for(runner, torch_optimization="compile").get("fp32")
+    if hasattr(torch, "compile"):
+        assert fp32.method in ("compile", "plain")
+    else:
+        assert fp32.method == "plain" and "has no torch.compile" in fp32.reason
+
+
+def test_variant_options_are_checked():
+    with pytest.raises(WorkerError, match="precisions must be among"):
+        VariantOptions.from_json({"precisions": ["int4"]})
+    assert VariantOptions.from_json(None).precisions == ["fp32"]
 
 
 def test_outputs_are_named_from_a_tensor_tuple_or_dict():

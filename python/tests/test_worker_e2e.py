@@ -48,8 +48,11 @@ def spawn(shm_path, tmp_path):
 
 
 def loaded(spawn, repo: Path, name: str, version: str | None = None, **kwargs: Any):
+    """A worker holding the model, with the variants its config.json offers, as the gateway asks."""
     worker = spawn(**kwargs)
-    reply = worker.request("load", model=load_request(repo, name, version))
+    config = json.loads((repo / name / "config.json").read_text())
+    variants = {"precisions": config.get("parameters", {}).get("precision", ["fp32"])}
+    reply = worker.request("load", model=load_request(repo, name, version), variants=variants)
     assert reply["ok"], (reply, worker.log())
     return worker, reply["result"]
 
@@ -89,7 +92,8 @@ def test_tabular_classifier_matches_a_direct_forward(spawn, demo_models):
 
 
 def test_image_classifier_eager_version_in_fp32_and_bf16(spawn, demo_models):
-    worker, _ = loaded(spawn, demo_models, "image-classifier", "2")
+    worker, result = loaded(spawn, demo_models, "image-classifier", "2")
+    worker_variants = result["variants"]
     image = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(3))
     scripted = torch.jit.load(str(demo_models / "image-classifier" / "1" / "model.pt"))
     with torch.inference_mode():
@@ -97,6 +101,8 @@ def test_image_classifier_eager_version_in_fp32_and_bf16(spawn, demo_models):
     logits = worker.outputs(worker.infer({"image": image}))["logits"]
     assert torch.allclose(logits, expected, atol=1e-4)
 
+    [bf16_report] = [v for v in worker_variants if v["precision"] == "bf16"]
+    assert bf16_report["state"] == "ready" and bf16_report["method"] == "autocast bf16"
     reply = worker.infer({"image": image}, precision="bf16")
     bf16 = worker.outputs(reply)["logits"]
     assert reply["result"]["outputs"][0]["dtype"] == "float32"  # cast back to the declared dtype

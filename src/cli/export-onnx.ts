@@ -1,5 +1,14 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -7,8 +16,10 @@ import { joinPythonPath, PYTHON_PACKAGE_DIR, pythonExecutable } from '../engines
 import { type ErrorCode, isErrorCode, tgError } from '../errors.js';
 import { defaultVersion } from '../registry/model-config.js';
 import { readModelDir, versionDir, versionFile } from '../registry/repository.js';
-import { dtypeSize } from '../tensor/dtype.js';
-import { numberReader, typedView } from '../tensor/tensor.js';
+import { isSealed } from '../security/model-encryption.js';
+import { type OutputError, outputError } from '../tensor/compare.js';
+import type { dtypeSize } from '../tensor/dtype.js';
+import { typedView } from '../tensor/tensor.js';
 import type { GlobalOptions } from './common.js';
 import { runRegister } from './register.js';
 
@@ -36,29 +47,116 @@ interface ExportResult {
   tensors?: { name: string; shape: number[] }[];
 }
 
-export interface OutputError {
-  name: string;
-  maxAbs: number;
-  maxRel: number;
-  within: boolean;
-}
-
 export async function runExportOnnx(global: GlobalOptions, dir: string, opts: ExportOptions): Promise<void> {
   const source = readModelDir(dir);
   const { config } = source;
   const version = opts.version ?? defaultVersion(config);
+  const name = `${config.name}-onnx`;
+  const out = resolve(opts.out ?? join(dirname(source.dir), name));
+  if (existsSync(out)) throw tgError('INVALID_CONFIG', `${out} exists already; remove it or give another --out`);
+  try {
+    mkdirSync(join(out, '1'), { recursive: true });
+    const exported = await exportVersion(source, version, join(out, '1', 'model.onnx'), opts.tolerance);
+    const raw = JSON.parse(readFileSync(join(source.dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    const { default_version: _default, parameters: _parameters, versions: _versions, optimization, ...kept } = raw;
+    const onnxGraph = (optimization as { onnx_graph?: string } | undefined)?.onnx_graph;
+    writeFileSync(
+      join(out, 'config.json'),
+      `${JSON.stringify(
+        {
+          ...kept,
+          name,
+          description: `${config.description} (ONNX export of ${config.name}@${version})`.trim(),
+          engine: 'onnx',
+          ...(onnxGraph ? { optimization: { onnx_graph: onnxGraph } } : {}),
+          versions: { '1': { format: 'onnx', file: 'model.onnx' } },
+        },
+        null,
+        2,
+      )}\n`,
+    );
+    process.stdout.write(`exported ${config.name}@${version} to ${out} (ONNX opset ${exported.opset})\n`);
+    printErrors(exported.errors, opts.tolerance);
+  } catch (err) {
+    rmSync(out, { recursive: true, force: true });
+    throw err;
+  }
+  if (opts.register) await runRegister(global, out);
+  else process.stdout.write(`register it with: tensorgate register ${out}\n`);
+}
+
+/**
+ * `tensorgate register --export onnx`: every PyTorch version of the folder exported to
+ * `model.onnx` in its own version folder and named in config.json (`versions.N.onnx`), so that the
+ * registered model gets an onnx variant. Each export is checked like `export-onnx`'s; when one
+ * fails, nothing is changed and the error names the model, the version and the reason.
+ */
+export async function exportOnnxVariants(dir: string, tolerance: number): Promise<void> {
+  const source = readModelDir(dir);
+  const { config } = source;
+  const versions = Object.entries(config.versions).flatMap(([version, v]) =>
+    v.format !== 'remote' && v.format !== 'onnx' ? [{ version, v }] : [],
+  );
+  if (config.engine !== 'torch' || versions.length === 0)
+    throw tgError(
+      'INVALID_CONFIG',
+      `${config.name} is not a PyTorch model (engine "${config.engine}"); only torch versions export`,
+    );
+  const work = mkdtempSync(join(tmpdir(), 'tensorgate-variants-'));
+  try {
+    const written: { version: string; file: string }[] = [];
+    for (const { version, v } of versions) {
+      if (isSealed(readFileSync(versionFile(source.dir, version, v.file))))
+        throw tgError(
+          'EXPORT_FAILED',
+          `${config.name}@${version}: ${v.file} is encrypted, and its ONNX export would be written in the clear (the onnx engine reads plain files); export the plaintext model, or serve this one on torch`,
+          { model: config.name, version },
+        );
+      const file = v.onnx ?? 'model.onnx';
+      const exported = await exportVersion(source, version, join(work, `${version}.onnx`), tolerance);
+      process.stdout.write(`${config.name}@${version}: exported to ONNX (opset ${exported.opset}) as ${file}\n`);
+      printErrors(exported.errors, tolerance);
+      written.push({ version, file });
+    }
+    // Every export checked out: only now is the folder changed.
+    const configPath = join(source.dir, 'config.json');
+    const raw = JSON.parse(readFileSync(configPath, 'utf8')) as { versions: Record<string, Record<string, unknown>> };
+    for (const { version, file } of written) {
+      copyFileSync(join(work, `${version}.onnx`), versionFile(source.dir, version, file));
+      (raw.versions[version] as Record<string, unknown>).onnx = file;
+    }
+    writeFileSync(`${configPath}.tmp`, `${JSON.stringify(raw, null, 2)}\n`);
+    renameSync(`${configPath}.tmp`, configPath);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+interface Exported {
+  opset: number | undefined;
+  errors: OutputError[];
+}
+
+/**
+ * One version exported to `outFile` and checked: Python (python/tensorgate/export_onnx.py) loads
+ * the model as a worker does and runs torch.onnx.export; ONNX Runtime then runs the graph on the
+ * inputs PyTorch answered. Throws EXPORT_FAILED or EXPORT_MISMATCH, naming model, version, output.
+ */
+async function exportVersion(
+  source: ReturnType<typeof readModelDir>,
+  version: string,
+  outFile: string,
+  tolerance: number,
+): Promise<Exported> {
+  const { config } = source;
   const v = config.versions[version];
   if (!v) throw tgError('VERSION_NOT_FOUND', `model "${config.name}" has no version "${version}"`);
   if (config.engine !== 'torch' || v.format === 'remote' || v.format === 'onnx')
     throw tgError('INVALID_CONFIG', `${config.name}@${version} is not a PyTorch model; only torch versions export`);
   const bf16 = [...config.inputs, ...config.outputs].find((s) => s.dtype === 'bfloat16');
   if (bf16) throw tgError('INVALID_CONFIG', `tensor "${bf16.name}" is bfloat16, which ONNX Runtime for Node has not`);
-  const name = `${config.name}-onnx`;
-  const out = resolve(opts.out ?? join(dirname(source.dir), name));
-  if (existsSync(out)) throw tgError('INVALID_CONFIG', `${out} exists already; remove it or give another --out`);
   const work = mkdtempSync(join(tmpdir(), 'tensorgate-export-'));
   try {
-    mkdirSync(join(out, '1'), { recursive: true });
     const job = {
       model: {
         name: config.name,
@@ -72,7 +170,7 @@ export async function runExportOnnx(global: GlobalOptions, dir: string, opts: Ex
         outputs: config.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
         warmup_runs: 0,
       },
-      out: join(out, '1', 'model.onnx'),
+      out: outFile,
       check: work,
     };
     writeFileSync(join(work, 'job.json'), JSON.stringify(job));
@@ -95,47 +193,32 @@ export async function runExportOnnx(global: GlobalOptions, dir: string, opts: Ex
       return { dtype: spec.dtype, shape: shapes.get(spec.name) ?? [], data };
     };
     const errors = await compare(
-      job.out,
+      outFile,
       config.inputs.map((s) => ({ name: s.name, tensor: read(s) })),
       config.outputs.map((s) => ({ name: s.name, tensor: read(s) })),
-      opts.tolerance,
+      tolerance,
     );
     const worst = errors.find((e) => !e.within);
     if (worst)
       throw tgError(
         'EXPORT_MISMATCH',
-        `${config.name}@${version} exported to ONNX answers differently from PyTorch: output "${worst.name}" is off by up to ${worst.maxAbs.toExponential(2)} (relative ${worst.maxRel.toExponential(2)}), past the tolerance ${opts.tolerance}`,
+        `${config.name}@${version} exported to ONNX answers differently from PyTorch: output "${worst.name}" is off by up to ${worst.maxAbs.toExponential(2)} (relative ${worst.maxRel.toExponential(2)}), past the tolerance ${tolerance}`,
         { model: config.name, version, output: worst.name, max_abs: worst.maxAbs, max_rel: worst.maxRel },
       );
-    const raw = JSON.parse(readFileSync(join(source.dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-    const { default_version: _default, parameters: _parameters, versions: _versions, ...kept } = raw;
-    writeFileSync(
-      join(out, 'config.json'),
-      `${JSON.stringify(
-        {
-          ...kept,
-          name,
-          description: `${config.description} (ONNX export of ${config.name}@${version})`.trim(),
-          engine: 'onnx',
-          versions: { '1': { format: 'onnx', file: 'model.onnx' } },
-        },
-        null,
-        2,
-      )}\n`,
-    );
-    process.stdout.write(`exported ${config.name}@${version} to ${out} (ONNX opset ${result.opset})\n`);
-    for (const e of errors)
-      process.stdout.write(
-        `  ${e.name}: max |onnx - torch| ${e.maxAbs.toExponential(2)}, max relative ${e.maxRel.toExponential(2)} (tolerance ${opts.tolerance})\n`,
-      );
+    return { opset: result.opset, errors };
   } catch (err) {
-    rmSync(out, { recursive: true, force: true });
+    rmSync(outFile, { force: true });
     throw err;
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
-  if (opts.register) await runRegister(global, out);
-  else process.stdout.write(`register it with: tensorgate register ${out}\n`);
+}
+
+function printErrors(errors: OutputError[], tolerance: number): void {
+  for (const e of errors)
+    process.stdout.write(
+      `  ${e.name}: max |onnx - torch| ${e.maxAbs.toExponential(2)}, max relative ${e.maxRel.toExponential(2)} (tolerance ${tolerance})\n`,
+    );
 }
 
 type Named = { name: string; tensor: { dtype: Parameters<typeof dtypeSize>[0]; shape: number[]; data: Uint8Array } };
@@ -163,29 +246,4 @@ async function compare(file: string, inputs: Named[], expected: Named[], toleran
   } finally {
     await session.release();
   }
-}
-
-/** How far `actual` is from `expected`, element by element: within when |a - e| <= tol * (1 + |e|). */
-export function outputError(
-  name: string,
-  actual: Named['tensor'],
-  expected: Named['tensor'],
-  tolerance: number,
-): OutputError {
-  const elements = expected.data.byteLength / dtypeSize(expected.dtype);
-  if (actual.data.byteLength !== expected.data.byteLength || actual.shape.join() !== expected.shape.join())
-    return { name, maxAbs: Number.POSITIVE_INFINITY, maxRel: Number.POSITIVE_INFINITY, within: false };
-  const a = numberReader(actual);
-  const e = numberReader(expected);
-  let maxAbs = 0;
-  let maxRel = 0;
-  let within = true;
-  for (let i = 0; i < elements; i++) {
-    const diff = Math.abs(a(i) - e(i));
-    const scale = Math.abs(e(i));
-    maxAbs = Math.max(maxAbs, diff);
-    maxRel = Math.max(maxRel, scale > 0 ? diff / scale : diff);
-    if (!(diff <= tolerance * (1 + scale))) within = false;
-  }
-  return { name, maxAbs, maxRel, within };
 }

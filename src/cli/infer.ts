@@ -6,6 +6,7 @@ export interface InferOptions {
   version?: string;
   input: string[];
   precision?: string;
+  engine?: string;
   json?: boolean;
 }
 
@@ -24,18 +25,24 @@ export function parseInputArg(arg: string): [string, unknown] {
 export async function runInfer(global: GlobalOptions, model: string, opts: InferOptions): Promise<void> {
   const gateway = await openGateway(global);
   try {
-    // Only the requested version is loaded: the request starts its load and waits for it.
+    // Only the requested version is loaded, with its variants checked, so that the request runs
+    // on the variant a server would choose for it.
+    await gateway.loadModel(model, opts.version);
     const result = await gateway.infer({
       model,
       version: opts.version,
       inputs: Object.fromEntries(opts.input.map(parseInputArg)),
-      parameters: opts.precision ? { precision: opts.precision } : undefined,
+      parameters: {
+        ...(opts.precision ? { precision: opts.precision } : {}),
+        ...(opts.engine ? { engine: opts.engine } : {}),
+      },
     });
     if (opts.json) {
       process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
       return;
     }
     for (const o of result.outputs) process.stdout.write(`${o.text}\n`);
+    process.stdout.write(`variant: ${result.variant}\n`);
     const t = result.timings;
     process.stdout.write(
       `timings ms: total ${t.total_ms} (decode ${t.decode_ms}, queue ${t.queue_ms}, transfer ${t.transfer_ms}, compute ${t.compute_ms}, encode ${t.encode_ms})\n`,

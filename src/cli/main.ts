@@ -135,7 +135,12 @@ program
     'validate a model folder, load it in a worker, warm it up and record it in the registry; or check a workflow folder against the registered models and record it',
   )
   .argument('<dir>', 'model folder (config.json and version folders) or workflow folder (workflow.json or .yaml)')
-  .action((dir: string) => runRegister(program.opts(), dir));
+  .option(
+    '--export <format>',
+    'onnx: export each PyTorch version to ONNX (VERSION/model.onnx, checked against PyTorch) and register it as the onnx variant',
+  )
+  .option('--tolerance <t>', "the export's check, per element: |onnx - torch| <= t * (1 + |torch|)", positive, 1e-4)
+  .action((dir: string, opts) => runRegister(program.opts(), dir, opts));
 
 program
   .command('export-onnx')
@@ -194,7 +199,8 @@ program
     collect,
     [],
   )
-  .option('--precision <p>', 'fp32, bf16 or fp16, as the model offers')
+  .option('--precision <p>', 'fp32, bf16, fp16 or int8, as the model offers')
+  .option('--engine <e>', 'torch or onnx: run on this engine rather than the one chosen for the precision')
   .option('--json', 'print the full result as JSON')
   .action((model: string, opts) => runInfer(program.opts(), model, opts));
 

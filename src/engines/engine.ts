@@ -37,6 +37,26 @@ export interface EngineResponse {
   timings: EngineTimings;
 }
 
+/**
+ * One way a model version runs: a precision on an engine, prepared by `method`, and what its check
+ * against plain fp32 found. `rejected` (past its tolerance) and `unavailable` (cannot be built
+ * here) variants say why; requests for them are answered VARIANT_UNAVAILABLE.
+ */
+export interface VariantReport {
+  precision: Precision;
+  engine: string;
+  method: string;
+  state: 'ready' | 'rejected' | 'unavailable';
+  reason?: string;
+  max_abs?: number;
+  max_rel?: number;
+  tolerance?: number;
+  /** The output with the largest error. */
+  output?: string;
+  /** Median milliseconds of a one-row request through the variant's queue and engine, measured after loading. */
+  latency_ms?: number;
+}
+
 export interface LoadInfo {
   device: string;
   loadMs: number;
@@ -44,6 +64,8 @@ export interface LoadInfo {
   /** Bytes of parameters and buffers the instance holds. */
   weightsBytes: number;
   runtime: string;
+  /** The variants this instance built (torch: one per offered precision; onnx: fp32). */
+  variants: VariantReport[];
 }
 
 export interface EngineInstance {

@@ -35,6 +35,32 @@ const VersionOut = z.object({
   warmup_ms: z.number().optional(),
   loaded_bytes: z.number().optional().describe('parameters and buffers held, all instances together'),
   error: z.string().optional(),
+  variants: z
+    .array(
+      z.object({
+        precision: z.string(),
+        engine: z.string(),
+        method: z
+          .string()
+          .describe('how the variant is built: plain, autocast bf16, dynamic quantization, an ONNX export…'),
+        state: z.enum(['ready', 'rejected', 'unavailable']),
+        reason: z.string().optional(),
+        max_abs: z.number().optional().describe('largest absolute difference from plain fp32 on the check inputs'),
+        max_rel: z.number().optional(),
+        tolerance: z.number().optional(),
+        output: z.string().optional(),
+        latency_ms: z
+          .number()
+          .optional()
+          .describe('median of one-row requests through the variant, measured after loading'),
+      }),
+    )
+    .optional()
+    .describe('describe_model only: every way this version runs, checked against plain fp32'),
+  engine_choice: z
+    .array(z.object({ precision: z.string(), variant: z.string().nullable(), why: z.string() }))
+    .optional()
+    .describe('describe_model only: the variant serving each precision when a request names no engine, and why'),
 });
 
 const ModelOut = z.object({
@@ -57,6 +83,7 @@ const InferOut = z.object({
   request_id: z.string(),
   model: z.string(),
   version: z.string(),
+  variant: z.string().describe('what ran it, engine-precision: torch-fp32, torch-int8, onnx-fp32…'),
   batch_size: z.number().int().describe('rows in the forward pass that served this call (more when batched)'),
   outputs: z.array(
     z.object({
@@ -124,7 +151,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     async ({ model }, ctx) => {
       try {
         gateway.access.check(callerOf(ctx), 'read', 'model', model);
-        const info = gateway.modelInfo(model);
+        const info = gateway.modelInfo(model, { variants: true });
         const config = gateway.modelConfig(model);
         const structured = {
           ...info,
@@ -142,7 +169,11 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
           : config.engine === 'onnx'
             ? ' Runs in ONNX Runtime inside the server process.'
             : '';
-        const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}`;
+        const choice = info.versions
+          .find((v) => v.version === info.default_version)
+          ?.engine_choice?.map((c) => ` ${c.precision} → ${c.variant ?? 'none'} (${c.why}).`)
+          .join('');
+        const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}${choice ? ` Variants:${choice}` : ''}`;
         return jsonResult(text, structured);
       } catch (err) {
         return errorResult(err);
@@ -226,7 +257,7 @@ async function stateResult(model: string, change: () => Promise<ModelSummaryInfo
 function inferResult(result: InferenceResult): CallToolResult {
   const t = result.timings;
   const lines = [
-    `${result.model}@${result.version}: ${result.outputs.map((o) => o.text).join('; ')}`,
+    `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,
     `timings ms: total ${t.total_ms} = decode ${t.decode_ms} + queue ${t.queue_ms} + transfer ${t.transfer_ms} + compute ${t.compute_ms} + encode ${t.encode_ms}`,
     ...result.notes,
   ];
@@ -245,6 +276,7 @@ function inferResult(result: InferenceResult): CallToolResult {
       request_id: result.request_id,
       model: result.model,
       version: result.version,
+      variant: result.variant,
       batch_size: result.batch_size,
       outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
       timings: result.timings,

@@ -292,6 +292,7 @@ export async function serveGrpc(
       );
       const t = result.timings;
       return inferResponse(req, result, wanted, {
+        variant: { string_param: result.variant },
         batch_size: { int64_param: result.batch_size },
         decode_ms: double(t.decode_ms),
         queue_ms: double(t.queue_ms),

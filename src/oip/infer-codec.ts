@@ -205,6 +205,7 @@ function parse(
 export function tensorgateParameters(parameters: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   if (parameters.precision !== undefined) out.precision = parameters.precision;
+  if (parameters.engine !== undefined) out.engine = parameters.engine;
   if (parameters.timeout_ms !== undefined) out.timeout_ms = parameters.timeout_ms;
   else if (typeof parameters.timeout === 'number' && parameters.timeout > 0)
     out.timeout_ms = Math.max(1, Math.round(parameters.timeout / 1000));

@@ -192,6 +192,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     const encodeStart = performance.now();
     const t = result.timings;
     const encoded = encodeInferResponse(result, request, {
+      variant: result.variant,
       batch_size: result.batch_size,
       decode_ms: t.decode_ms,
       queue_ms: t.queue_ms,

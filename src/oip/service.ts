@@ -180,6 +180,7 @@ export async function inferWorkflow(
       request_id,
       model: name,
       version: WORKFLOW_VERSION,
+      variant: 'workflow',
       batch_size: Math.max(0, ...run.stages.map((s) => s.batch_size ?? 0)),
       outputs,
       timings: { decode_ms, queue_ms: 0, transfer_ms: 0, compute_ms: 0, encode_ms: 0, total_ms: total },

@@ -14,8 +14,24 @@ export const TensorSpecSchema = z.object({
 });
 export type TensorSpec = z.infer<typeof TensorSpecSchema>;
 
-export const PRECISIONS = ['fp32', 'bf16', 'fp16'] as const;
+/** fp32 runs the model as loaded (or optimized); bf16/fp16 under torch.autocast; int8 dynamically quantized. */
+export const PRECISIONS = ['fp32', 'bf16', 'fp16', 'int8'] as const;
 export type Precision = (typeof PRECISIONS)[number];
+
+/** How the torch engine prepares fp32: TorchScript freeze or optimize_for_inference, or torch.compile. */
+export const TORCH_OPTIMIZATIONS = ['none', 'freeze', 'optimize_for_inference', 'compile'] as const;
+/** ONNX Runtime's graph optimization levels (SessionOptions.graphOptimizationLevel). */
+export const ONNX_GRAPH_OPTIMIZATIONS = ['disabled', 'basic', 'extended', 'all'] as const;
+
+/**
+ * Defaults of validation.tolerance: a variant's outputs must satisfy |variant - fp32| <=
+ * tolerance * (1 + |fp32|) element by element on the check inputs, or it is rejected.
+ */
+export const DEFAULT_TOLERANCE: Record<Precision, number> = { fp32: 1e-4, bf16: 5e-2, fp16: 1e-2, int8: 5e-2 };
+
+// A path inside the version folder: a config must not point the worker at files elsewhere
+// (another model's weights, or any file it can read) by `..` or an absolute path.
+const insideVersionFolder = (f: string) => !isAbsolute(f) && !f.split(/[\\/]/).includes('..');
 
 /** torchscript, export (.pt2) and eager run on the torch engine; onnx on the in-process onnx engine. */
 export const MODEL_FORMATS = ['torchscript', 'export', 'eager', 'onnx'] as const;
@@ -24,14 +40,20 @@ export type ModelFormat = (typeof MODEL_FORMATS)[number];
 const LocalVersionSchema = z
   .object({
     format: z.enum(MODEL_FORMATS),
-    // A path inside the version folder: a config must not point the worker at files elsewhere
-    // (another model's weights, or any file it can read) by `..` or an absolute path.
-    file: z
+    file: z.string().min(1).refine(insideVersionFolder, {
+      message: 'file is a path inside the version folder, without ".." or a leading "/"',
+    }),
+    /**
+     * An ONNX export of this version (`tensorgate register --export onnx` writes it): served by the
+     * onnx engine, in the gateway, as this version's fp32 variant once it agrees with PyTorch.
+     */
+    onnx: z
       .string()
       .min(1)
-      .refine((f) => !isAbsolute(f) && !f.split(/[\\/]/).includes('..'), {
-        message: 'file is a path inside the version folder, without ".." or a leading "/"',
-      }),
+      .refine(insideVersionFolder, {
+        message: 'onnx is a path inside the version folder, without ".." or a leading "/"',
+      })
+      .optional(),
     entry: z
       .string()
       .regex(/^[A-Za-z_][\w.]*:[A-Za-z_]\w*$/, 'entry is "module:factory", e.g. "model:build"')
@@ -123,6 +145,17 @@ export const ModelConfigSchema = z
     inputs: z.array(TensorSpecSchema).min(1),
     outputs: z.array(TensorSpecSchema).min(1),
     parameters: z.object({ precision: z.array(z.enum(PRECISIONS)).default(['fp32']) }).default({ precision: ['fp32'] }),
+    optimization: z
+      .object({
+        torch: z.enum(TORCH_OPTIMIZATIONS).default('none'),
+        onnx_graph: z.enum(ONNX_GRAPH_OPTIMIZATIONS).default('all'),
+      })
+      .strict()
+      .default({ torch: 'none', onnx_graph: 'all' }),
+    validation: z
+      .object({ tolerance: z.partialRecord(z.enum(PRECISIONS), z.number().positive()).default({}) })
+      .strict()
+      .default({ tolerance: {} }),
     resources: ResourcesSchema.default({ device: 'cpu', threads: 1, instances: 1 }),
     versions: z.record(z.string().regex(/^\d+$/, 'versions are positive integers'), VersionConfigSchema),
     warmup_runs: z.number().int().min(0).max(100).default(2),
@@ -171,6 +204,19 @@ export const ModelConfigSchema = z
             ? 'versions of an onnx model have format "onnx" (a .onnx file)'
             : 'format "onnx" runs on the in-process ONNX Runtime: set "engine": "onnx"',
         });
+    for (const [version, v] of Object.entries(cfg.versions))
+      if (v.format !== 'remote' && v.onnx !== undefined && (cfg.engine !== 'torch' || v.format === 'onnx'))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['versions', version, 'onnx'],
+          message: 'an onnx variant belongs to a PyTorch version (engine "torch")',
+        });
+    if (cfg.engine !== 'torch' && cfg.optimization.torch !== 'none')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['optimization', 'torch'],
+        message: `optimization.torch applies to the torch engine, not ${cfg.engine}`,
+      });
     if (onnx && cfg.parameters.precision.some((p) => p !== 'fp32'))
       ctx.addIssue({
         code: 'custom',

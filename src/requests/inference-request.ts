@@ -26,7 +26,7 @@ export const InferenceRequestSchema = z.object({
     .record(z.string(), z.unknown())
     .optional()
     .describe(
-      'optional: {"precision": "fp32" | "bf16" | "fp16"} (as offered by the model), {"top_k": N}, {"timeout_ms": N}',
+      'optional: {"precision": "fp32" | "bf16" | "fp16" | "int8"} (as offered by the model; describe_model lists them), {"engine": "torch" | "onnx"} to run on one engine rather than the one chosen, {"top_k": N}, {"timeout_ms": N}',
     ),
   request_id: z.string().max(128).optional().describe('echoed back in the result; generated when absent'),
 });

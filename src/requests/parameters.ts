@@ -8,9 +8,15 @@ export interface InferenceParameters {
   top_k: number;
   /** Undefined: the model's or the server's default. */
   timeout_ms: number | undefined;
+  /** Undefined: the variant the model's engine choice picks (describe_model says which). */
+  engine: Engine | undefined;
 }
 
-const KNOWN = ['precision', 'top_k', 'timeout_ms'] as const;
+/** Engines a request may name, to run a precision on one engine rather than the one chosen for it. */
+export const REQUEST_ENGINES = ['torch', 'onnx', 'remote'] as const;
+type Engine = (typeof REQUEST_ENGINES)[number];
+
+const KNOWN = ['precision', 'engine', 'top_k', 'timeout_ms'] as const;
 const MAX_TIMEOUT_MS = 3_600_000;
 
 export function parseParameters(raw: Record<string, unknown> | undefined, config: ModelConfig): InferenceParameters {
@@ -34,7 +40,15 @@ export function parseParameters(raw: Record<string, unknown> | undefined, config
       { parameter: 'precision', offered: [...offered] },
     );
   }
-  return { precision: precision as Precision, top_k: topK(params.top_k), timeout_ms: timeoutMs(params.timeout_ms) };
+  const engine = params.engine;
+  if (engine !== undefined && !(REQUEST_ENGINES as readonly unknown[]).includes(engine))
+    throw tgError('BAD_PARAMETER', `engine must be one of ${REQUEST_ENGINES.join(', ')}`, { parameter: 'engine' });
+  return {
+    precision: precision as Precision,
+    top_k: topK(params.top_k),
+    timeout_ms: timeoutMs(params.timeout_ms),
+    engine: engine as Engine | undefined,
+  };
 }
 
 /** `top_k`: how many classes a summary lists (5 when absent). */

@@ -4,6 +4,7 @@ import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { ModelConfig } from '../registry/model-config.js';
 import { ModelPool } from './model-pool.js';
+import { VersionVariants } from './version-variants.js';
 
 /**
  * Which model versions are loaded: the pools, their lifecycle (unloaded → loading → ready →
@@ -32,14 +33,37 @@ export function memoryOf(config: ModelConfig): number {
   return (config.resources.memory_mb ?? DEFAULT_MODEL_MEMORY_MB) * config.resources.instances;
 }
 
+/**
+ * The config of a PyTorch version's ONNX export, as the onnx engine runs it: the same tensors,
+ * batching, queue and instances, the .onnx file as the version, fp32 only.
+ */
+export function onnxVariantConfig(config: ModelConfig, version: string): ModelConfig | undefined {
+  const v = config.versions[version];
+  if (config.engine !== 'torch' || v === undefined || v.format === 'remote' || v.onnx === undefined) return undefined;
+  return {
+    ...config,
+    engine: 'onnx',
+    parameters: { precision: ['fp32'] },
+    optimization: { ...config.optimization, torch: 'none' },
+    versions: { [version]: { format: 'onnx', file: v.onnx } },
+  };
+}
+
 export class ModelManager {
   private readonly pools = new Map<string, ModelPool>();
+  /** Per loaded version: its variants (the primary pool's, and an onnx pool when it has an export). */
+  private readonly variantSets = new Map<string, VersionVariants>();
   private readonly unloading = new Map<string, Promise<void>>();
 
   constructor(private readonly options: ManagerOptions) {}
 
   pool(name: string, version: string): ModelPool | undefined {
     return this.pools.get(key(name, version));
+  }
+
+  /** The variants of a loaded (or loading) version: routing, reports and the engine choice. */
+  variants(name: string, version: string): VersionVariants | undefined {
+    return this.variantSets.get(key(name, version));
   }
 
   state(name: string, version: string): VersionState {
@@ -70,12 +94,27 @@ export class ModelManager {
       { maxQueue: this.options.maxQueue, onLog: this.options.log },
     );
     this.pools.set(key(name, version), pool);
+    const onnxConfig = onnxVariantConfig(config, version);
+    const onnxEngine = this.options.engines.get('onnx');
+    const onnx =
+      onnxConfig && onnxEngine
+        ? new ModelPool(
+            onnxEngine,
+            { config: onnxConfig, version, dir },
+            { maxQueue: this.options.maxQueue, onLog: this.options.log },
+          )
+        : undefined;
+    const variants = new VersionVariants(pool, onnx, this.options.log);
+    this.variantSets.set(key(name, version), variants);
     this.options.log(`loading ${name}@${version} (${config.versions[version]?.format}, ${config.resources.device})`, {
       model: name,
       version,
     });
+    // The export loads beside the model; it is checked against it once both are up.
+    onnx?.start().catch(() => {});
     pool.start().then(
       (info) => {
+        void variants.settle();
         this.options.log(
           `ready ${name}@${version} on ${info.device}: load ${info.loadMs.toFixed(1)} ms, warm-up ${info.warmupMs.toFixed(1)} ms`,
           { model: name, version, device: info.device },
@@ -91,16 +130,27 @@ export class ModelManager {
           code: error.code,
         });
         this.options.onLoaded(name, version, { error });
+        void onnx?.close();
       },
     );
     return pool;
   }
 
-  /** Loads a version and resolves when it is ready (or rejects with why it is not). */
-  async load(name: string, version: string, dir: string, config: ModelConfig): Promise<ModelPool> {
+  /**
+   * Loads a version and resolves when it is ready (or rejects with why it is not); with
+   * `variants`, once its variants are checked and measured too.
+   */
+  async load(
+    name: string,
+    version: string,
+    dir: string,
+    config: ModelConfig,
+    { variants = true } = {},
+  ): Promise<ModelPool> {
     const pool = this.startLoad(name, version, dir, config);
     await pool.start().catch(() => {});
     if (pool.state !== 'ready') throw pool.error ?? tgError('MODEL_NOT_READY', `${name}@${version} did not load`);
+    if (variants) await this.variantSets.get(key(name, version))?.settle();
     return pool;
   }
 
@@ -121,7 +171,11 @@ export class ModelManager {
 
   private close(k: string, pool: ModelPool, graceMs: number): Promise<void> {
     this.pools.delete(k);
-    const done = pool.close(graceMs).finally(() => this.unloading.delete(k));
+    const onnx = this.variantSets.get(k)?.onnx;
+    this.variantSets.delete(k);
+    const done = Promise.all([pool.close(graceMs), onnx?.close(graceMs)])
+      .then(() => {})
+      .finally(() => this.unloading.delete(k));
     this.unloading.set(k, done);
     this.options.log(`unloading ${k}`, { model: pool.spec.config.name, version: pool.spec.version });
     return done;

@@ -8,15 +8,17 @@ import { promisify } from 'node:util';
 import { type EnginesFile, renderEngines } from '../../bench/engines/render.js';
 
 /**
- * A smoke run of bench/engines, short enough for CI: both demo models exported to ONNX, served by
- * the torch and onnx engines, over HTTP and in-process, at both concurrencies, compared, rendered.
- * The figures come from full runs (docs/benchmarks.md).
+ * A smoke run of bench/engines, short enough for CI: both demo models registered with their ONNX
+ * export, every variant (torch fp32, optimized, bf16, int8, onnx) picked by request parameters,
+ * over HTTP and in-process, at both concurrencies, compared, rendered. The figures come from full
+ * runs (docs/benchmarks.md).
  */
 
 const ROOT = join(import.meta.dirname, '..', '..');
+const VARIANTS = ['torch-fp32', 'torch-fp32-optimized', 'torch-bf16', 'torch-int8', 'onnx-fp32'];
 
 describe('bench/engines (smoke)', { timeout: 300_000 }, () => {
-  it('measures both engines on both models and renders the tables', async () => {
+  it('measures every variant on both models and renders the tables', async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'tg-engines-smoke-')), 'engines.json');
     await promisify(execFile)(
       process.execPath,
@@ -26,22 +28,28 @@ describe('bench/engines (smoke)', { timeout: 300_000 }, () => {
     const file = JSON.parse(readFileSync(out, 'utf8')) as EnginesFile;
     const combinations = ['http', 'in-process'].flatMap((surface) =>
       ['tabular-classifier', 'image-classifier'].flatMap((model) =>
-        [1, 16].flatMap((c) => ['torch', 'onnx'].map((engine) => [surface, model, engine, c])),
+        [1, 16].flatMap((c) => VARIANTS.map((variant) => [surface, model, variant, c])),
       ),
     );
     assert.deepEqual(
-      file.blocks.map((b) => [b.surface, b.model, b.engine, b.concurrency]),
+      file.blocks.map((b) => [b.surface, b.model, b.variant, b.concurrency]),
       combinations,
     );
     // A smoke window is shorter than an image batch at concurrency 16 may take on a busy host, so
     // only the small model's blocks are sure to have finished requests in them.
     for (const b of file.blocks.filter((b) => b.model === 'tabular-classifier'))
       assert.ok(b.throughput > 0 && (b.latency_ms.p50 ?? 0) > 0, JSON.stringify(b));
-    // The export is the same function: the engines agree to float32 rounding.
-    for (const a of file.accuracy) {
-      assert.ok(a.max_abs_diff < 1e-3, `${a.model}: ${a.max_abs_diff}`);
+    // The export and the optimized graph compute the same function: fp32 rounding apart.
+    for (const a of file.accuracy.filter((a) => a.variant === 'onnx-fp32' || a.variant === 'torch-fp32-optimized')) {
+      assert.ok(a.max_abs_diff < 1e-3, `${a.model} ${a.variant}: ${a.max_abs_diff}`);
       assert.equal(a.argmax_agree, a.rows);
     }
-    assert.match(renderEngines([file]), /^## Engines: torch and onnx \(bench\/engines\)/);
+    // Lower precisions differ, a little, and were measured against the same baseline.
+    assert.deepEqual(
+      file.accuracy.map((a) => `${a.model} ${a.variant}`).sort(),
+      ['tabular-classifier', 'image-classifier'].flatMap((m) => VARIANTS.slice(1).map((v) => `${m} ${v}`)).sort(),
+    );
+    assert.ok(file.variants.some((v) => v.engine === 'onnx' && v.state === 'ready'));
+    assert.match(renderEngines([file]), /^## Variants and engines \(bench\/engines\)/);
   });
 });

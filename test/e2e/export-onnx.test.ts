@@ -78,4 +78,73 @@ describe('tensorgate export-onnx', { timeout: 180_000 }, () => {
     });
     assert.equal(existsSync(join(work, 'spectrum-onnx')), false);
   });
+
+  it('register --export onnx: the export becomes the onnx variant of the same model and serves fp32', async () => {
+    const dir = join(work, 'variant', 'mlp');
+    cpSync(join(ensureTestModels(), 'mlp'), dir, { recursive: true });
+    const own = [
+      '--registry',
+      join(work, 'variant.db'),
+      '--models',
+      join(work, 'none'),
+      '--audit-log',
+      join(work, 'a.jsonl'),
+    ];
+    const x = JSON.stringify([
+      [0.5, -1, 2, 0.25],
+      [-3, 1.5, 0, 1],
+    ]);
+    const answer = async (...extra: string[]) => {
+      const out = await run(process.execPath, [...CLI, ...own, 'infer', 'mlp', '-i', `x=${x}`, '--json', ...extra]);
+      const result = JSON.parse(out.stdout) as {
+        variant: string;
+        outputs: { name: string; summary: { values: number[][] } }[];
+      };
+      return {
+        variant: result.variant,
+        logits: result.outputs.find((o) => o.name === 'logits')?.summary.values.flat() ?? [],
+      };
+    };
+
+    // Registered first without an export: torch serves fp32.
+    await run(process.execPath, [...CLI, ...own, 'register', dir]);
+    const before = await answer();
+    assert.equal(before.variant, 'torch-fp32');
+
+    // An export past its tolerance changes nothing: the folder, the registry and the serving variant stay.
+    const configBefore = readFileSync(join(dir, 'config.json'), 'utf8');
+    await assert.rejects(
+      run(process.execPath, [...CLI, ...own, 'register', dir, '--export', 'onnx', '--tolerance', '1e-12']),
+      (err: { stderr: string }) => {
+        assert.match(
+          err.stderr,
+          /^tensorgate: EXPORT_MISMATCH: mlp@1 exported to ONNX answers differently from PyTorch: output "logits" is off by up to \S+ .*past the tolerance 1e-12/m,
+        );
+        return true;
+      },
+    );
+    assert.equal(readFileSync(join(dir, 'config.json'), 'utf8'), configBefore);
+    assert.equal(existsSync(join(dir, '1', 'model.onnx')), false);
+    assert.equal((await answer()).variant, 'torch-fp32');
+
+    const { stdout } = await run(process.execPath, [...CLI, ...own, 'register', dir, '--export', 'onnx']);
+    assert.match(stdout, /^mlp@1: exported to ONNX \(opset 14\) as model\.onnx$/m);
+    assert.match(stdout, /^mlp@1: ready \(/m);
+    assert.match(
+      stdout,
+      /^ {2}fp32 → onnx-fp32: the ONNX export agrees with PyTorch \(max abs error \S+, tolerance 0\.0001\)/m,
+    );
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    assert.deepEqual(config.versions['1'], { format: 'torchscript', file: 'model.pt', onnx: 'model.onnx' });
+
+    const onnx = await answer();
+    assert.equal(onnx.variant, 'onnx-fp32');
+    const torch = await answer('--engine', 'torch');
+    assert.equal(torch.variant, 'torch-fp32');
+    assert.equal(onnx.logits.length, 6);
+    onnx.logits.forEach((v, i) => {
+      assert.ok(Math.abs(v - (torch.logits[i] as number)) < 1e-5, `logits[${i}]: ${v} vs ${torch.logits[i]}`);
+      assert.ok(Math.abs(v - (before.logits[i] as number)) < 1e-5, `logits[${i}] as before the export`);
+    });
+  });
 });

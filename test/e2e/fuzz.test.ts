@@ -3,6 +3,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { ERROR_CODES } from '../../src/errors.js';
+import { seededRandom } from '../../src/tensor/seeded-random.js';
 import { type Served, serveOne } from '../helpers/serve.js';
 
 /**
@@ -16,16 +17,8 @@ import { type Served, serveOne } from '../helpers/serve.js';
 
 const CASES_PER_SURFACE = Number(process.env.TENSORGATE_FUZZ_CASES ?? 400);
 
-/** mulberry32: small, seeded, good enough to pick cases. */
-function rng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Small, seeded, good enough to pick cases. */
+const rng = seededRandom;
 
 type Pick = <T>(xs: readonly T[]) => T;
 

@@ -14,7 +14,10 @@ export const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
 export const TEST_MODELS = process.env.TENSORGATE_TEST_MODELS ?? join(ROOT, '.tensorgate', 'test-models');
 
 export function ensureTestModels(): string {
-  if (!existsSync(join(TEST_MODELS, 'image-classifier', 'config.json')) || !existsSync(join(TEST_MODELS, 'mlp_onnx'))) {
+  if (
+    !existsSync(join(TEST_MODELS, 'image-classifier', 'config.json')) ||
+    !existsSync(join(TEST_MODELS, 'mlp_variants'))
+  ) {
     mkdirSync(TEST_MODELS, { recursive: true });
     execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS, '--skip', 'pipeline'], {
       stdio: 'inherit',

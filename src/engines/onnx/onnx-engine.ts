@@ -16,7 +16,7 @@ import type {
   ModelVersionSpec,
   NamedTensor,
 } from '../engine.js';
-import type { FromThread, GraphValue, ThreadTensor, ToThread } from './protocol.js';
+import type { FromThread, GraphValue, ThreadOptions, ThreadTensor, ToThread } from './protocol.js';
 
 /**
  * The onnx engine: ONNX Runtime (onnxruntime-node) inside the gateway process, each instance a
@@ -44,7 +44,7 @@ const ORT_TYPES: Partial<Record<Tensor['dtype'], string>> = {
 /** The thread's module next to this one: .js once built, .ts when run from source. */
 const THREAD_FILE = new URL(`./onnx-thread${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
 
-function startThread(workerData: { file: string; threads: number }, name: string): Worker {
+function startThread(workerData: ThreadOptions, name: string): Worker {
   if (THREAD_FILE.pathname.endsWith('.js')) return new Worker(THREAD_FILE, { workerData, name });
   // Run from source (the tests, through tsx): loader hooks do not reach worker threads, so the
   // thread registers tsx itself before importing its TypeScript module.
@@ -90,7 +90,8 @@ class OnnxInstance implements EngineInstance {
     const name = `${config.name}@${version}`;
     if (!existsSync(this.file)) throw tgError('LOAD_FAILED', `${name}: ${this.file} does not exist`);
     const loadStart = performance.now();
-    const worker = startThread({ file: this.file, threads: config.resources.threads }, this.label);
+    const graphOptimization = config.optimization.onnx_graph;
+    const worker = startThread({ file: this.file, threads: config.resources.threads, graphOptimization }, this.label);
     let settle: (message: FromThread | Error) => void = () => {};
     const onMessage = (message: FromThread) => settle(message);
     const onError = (err: Error) => settle(err);
@@ -128,6 +129,14 @@ class OnnxInstance implements EngineInstance {
       warmupMs: performance.now() - warmStart,
       weightsBytes: statSync(this.file).size,
       runtime: ready.runtime,
+      variants: [
+        {
+          precision: 'fp32',
+          engine: 'onnx',
+          method: `ONNX Runtime, graph optimization ${graphOptimization}`,
+          state: 'ready',
+        },
+      ],
     };
   }
 

@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import type { FromThread, ThreadTensor, ToThread } from './protocol.js';
+import type { FromThread, ThreadOptions, ThreadTensor, ToThread } from './protocol.js';
 
 /**
  * One ONNX Runtime session in a worker thread of the gateway. onnxruntime-node's `run` computes
@@ -12,7 +12,7 @@ import type { FromThread, ThreadTensor, ToThread } from './protocol.js';
 
 const port = parentPort;
 if (!port) throw new Error('onnx-thread runs as a worker thread');
-const { file, threads } = workerData as { file: string; threads: number };
+const { file, threads, graphOptimization } = workerData as ThreadOptions;
 
 function post(message: FromThread, transfer: ArrayBuffer[] = []): void {
   (port as NonNullable<typeof parentPort>).postMessage(message, transfer);
@@ -25,7 +25,7 @@ let session: ort.InferenceSession;
 try {
   session = await ort.InferenceSession.create(file, {
     executionProviders: ['cpu'],
-    graphOptimizationLevel: 'all',
+    graphOptimizationLevel: graphOptimization,
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
   });

@@ -23,3 +23,11 @@ export type FromThread =
   | { kind: 'failed'; message: string }
   | { kind: 'result'; id: number; outputs: ThreadTensor[]; computeMs: number }
   | { kind: 'error'; id: number; message: string };
+
+/** What a thread is started with (its workerData). */
+export interface ThreadOptions {
+  file: string;
+  threads: number;
+  /** SessionOptions.graphOptimizationLevel: config.json's optimization.onnx_graph. */
+  graphOptimization: 'disabled' | 'basic' | 'extended' | 'all';
+}

@@ -87,6 +87,9 @@ class RemoteInstance implements EngineInstance {
       warmupMs: 0,
       weightsBytes: 0,
       runtime: `OIP v2 ${metadata.platform ?? 'endpoint'} ${this.client.endpoint}`,
+      variants: [
+        { precision: 'fp32', engine: 'remote', method: `called as it is at ${this.client.endpoint}`, state: 'ready' },
+      ],
     };
   }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PRECISIONS } from '../../registry/model-config.js';
 import { DTYPES } from '../../tensor/dtype.js';
 
 /**
@@ -44,6 +45,21 @@ export const LoadResultSchema = z.object({
   warmup_ms: z.number(),
   /** Parameters and buffers of the loaded model. */
   weights_bytes: z.number().int().nonnegative(),
+  /** How each offered precision runs, and what its check against plain fp32 found. */
+  variants: z
+    .array(
+      z.object({
+        precision: z.enum(PRECISIONS),
+        method: z.string(),
+        state: z.enum(['ready', 'rejected', 'unavailable']),
+        reason: z.string().optional(),
+        max_abs: z.number().optional(),
+        max_rel: z.number().optional(),
+        tolerance: z.number().optional(),
+        output: z.string().optional(),
+      }),
+    )
+    .default([]),
 });
 export type LoadResult = z.infer<typeof LoadResultSchema>;
 

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { TensorgateError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
+import { DEFAULT_TOLERANCE } from '../../registry/model-config.js';
 import { versionDir, versionFile } from '../../registry/repository.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
@@ -77,13 +78,19 @@ export class TorchInstance implements EngineInstance {
       warmup_runs: config.warmup_runs,
       ...(v.entry ? { entry: v.entry } : {}),
     };
-    const loaded = LoadResultSchema.parse(await worker.request('load', { model }));
+    const variants = {
+      precisions: config.parameters.precision,
+      torch_optimization: config.optimization.torch,
+      tolerance: { ...DEFAULT_TOLERANCE, ...config.validation.tolerance },
+    };
+    const loaded = LoadResultSchema.parse(await worker.request('load', { model, variants }));
     return {
       device: loaded.device,
       loadMs: loaded.load_ms,
       warmupMs: loaded.warmup_ms,
       weightsBytes: loaded.weights_bytes,
       runtime: `torch ${hello.torch} (python ${hello.python})`,
+      variants: loaded.variants.map((v) => ({ ...v, engine: 'torch' })),
     };
   }
 

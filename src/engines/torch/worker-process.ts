@@ -160,7 +160,9 @@ export class WorkerProcess {
       return;
     }
     const code: ErrorCode = isErrorCode(reply.error.code) ? reply.error.code : 'INFERENCE_FAILED';
-    const type = reply.error.type ? `${reply.error.type}: ` : '';
+    // The class of a Python exception that caused it reads like Python's last traceback line;
+    // the worker's own refusals (WorkerError without a cause) need no prefix.
+    const type = reply.error.type && reply.error.type !== 'WorkerError' ? `${reply.error.type}: ` : '';
     pending.reject(tgError(code, `${type}${reply.error.message}`, { worker: this.options.label }));
   }
 

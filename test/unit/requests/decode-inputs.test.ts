@@ -66,12 +66,19 @@ test('bad forms, oversize arrays and unknown names are refused with their codes'
 });
 
 test('parameters are checked against what the model offers', () => {
-  assert.deepEqual(parseParameters(undefined, cfg), { precision: 'fp32', top_k: 5, timeout_ms: undefined });
-  assert.deepEqual(parseParameters({ precision: 'bf16', top_k: 2, timeout_ms: 50 }, cfg), {
+  assert.deepEqual(parseParameters(undefined, cfg), {
+    precision: 'fp32',
+    top_k: 5,
+    timeout_ms: undefined,
+    engine: undefined,
+  });
+  assert.deepEqual(parseParameters({ precision: 'bf16', top_k: 2, timeout_ms: 50, engine: 'onnx' }, cfg), {
     precision: 'bf16',
     top_k: 2,
     timeout_ms: 50,
+    engine: 'onnx',
   });
+  assert.throws(() => parseParameters({ engine: 'tensorrt' }, cfg), /engine must be one of torch, onnx, remote/);
   assert.throws(() => parseParameters({ timeout_ms: 0 }, cfg), /timeout_ms/);
   assert.throws(() => parseParameters({ precision: 'fp16' }, cfg), /offers fp32, bf16/);
   assert.throws(() => parseParameters({ top_k: 0 }, cfg), { code: 'BAD_PARAMETER' });

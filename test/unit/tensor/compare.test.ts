@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { outputError } from '../../../src/cli/export-onnx.js';
+import { outputError } from '../../../src/tensor/compare.js';
 
-/** The export check's comparison: element by element, |actual - expected| <= tolerance * (1 + |expected|). */
+/** The accuracy checks' comparison (ONNX exports, precision variants): element by element, |actual - expected| <= tolerance * (1 + |expected|). */
 
 const f32 = (values: number[], shape = [values.length]) => ({
   dtype: 'float32' as const,

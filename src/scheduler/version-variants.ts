@@ -1,0 +1,266 @@
+import { performance } from 'node:perf_hooks';
+import type { EngineRequest, VariantReport } from '../engines/engine.js';
+import { asTensorgateError, tgError } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
+import { DEFAULT_TOLERANCE, type Precision, type TensorSpec } from '../registry/model-config.js';
+import { outputError } from '../tensor/compare.js';
+import { fromNestedArray, nestFlat } from '../tensor/nested.js';
+import { seededRandom } from '../tensor/seeded-random.js';
+import { tensorSource } from '../tensor/source.js';
+import { numel } from '../tensor/tensor.js';
+import type { ModelPool } from './model-pool.js';
+
+/**
+ * The variants of one loaded model version, and which one serves a request.
+ *
+ * A version's primary pool runs its own engine's variants (torch: one per offered precision, built
+ * and checked by the worker; onnx and remote: fp32 as it is). A PyTorch version with an ONNX
+ * export (`versions.N.onnx`) also gets an onnx pool in the gateway; once both are loaded, the export
+ * is run on seeded inputs beside PyTorch's fp32 and kept only within validation.tolerance.fp32.
+ *
+ * Choice: a request names a precision (fp32 by default) and may name an engine. fp32 goes to the
+ * onnx variant when it passed its check, because it runs in the gateway with no worker round trip
+ * (bench/engines measures the difference); otherwise to the primary pool. Every other precision
+ * runs on torch. A variant that was rejected or cannot run here is answered VARIANT_UNAVAILABLE
+ * with its reason, and the others keep serving.
+ *
+ * Each ready variant's latency is measured once after loading (median of a few one-row requests
+ * through its queue and engine) when the version has more than one variant: that is what
+ * describe_model shows next to the accuracy.
+ */
+
+export interface VariantRoute {
+  pool: ModelPool;
+  /** `engine-precision`, e.g. torch-int8 or onnx-fp32: what the result reports. */
+  variant: string;
+}
+
+/** Which variant serves a precision, and why: describe_model's engine choice. */
+export interface VariantChoice {
+  precision: Precision;
+  variant: string | null;
+  why: string;
+}
+
+/** Rows given to each -1 dimension of the check's inputs. */
+const CHECK_ROWS = 2;
+const MEASURE_RUNS = 5;
+const MEASURE_TIMEOUT_MS = 10_000;
+
+export function variantId(v: { engine: string; precision: string }): string {
+  return `${v.engine}-${v.precision}`;
+}
+
+export class VersionVariants {
+  private onnxReport: VariantReport | undefined;
+  private readonly latencies = new Map<string, number>();
+  private settling: Promise<void> | undefined;
+
+  constructor(
+    readonly primary: ModelPool,
+    readonly onnx: ModelPool | undefined,
+    private readonly log: Logger,
+  ) {
+    if (onnx)
+      this.onnxReport = {
+        precision: 'fp32',
+        engine: 'onnx',
+        method: `ONNX export, ONNX Runtime graph optimization ${onnx.spec.config.optimization.onnx_graph}`,
+        state: 'unavailable',
+        reason: 'still loading',
+      };
+  }
+
+  private get label(): string {
+    return `${this.primary.spec.config.name}@${this.primary.spec.version}`;
+  }
+
+  /**
+   * Once the primary pool is ready: loads and checks the onnx variant, then measures; the same
+   * promise for every caller. Never rejects: a variant that fails is recorded as unavailable or
+   * rejected, with the reason.
+   */
+  settle(): Promise<void> {
+    this.settling ??= this.checkAndMeasure();
+    return this.settling;
+  }
+
+  private async checkAndMeasure(): Promise<void> {
+    if (this.onnx && this.onnxReport) {
+      const base = this.onnxReport;
+      try {
+        await this.onnx.start();
+        this.onnxReport = await this.checkOnnx(base);
+      } catch (err) {
+        this.onnxReport = { ...base, reason: `the export did not load: ${asTensorgateError(err).message}` };
+      }
+      if (this.onnxReport.state !== 'ready')
+        this.log(`${this.label}: the onnx variant does not serve: ${this.onnxReport.reason}`, {
+          level: 'warn',
+          model: this.primary.spec.config.name,
+          version: this.primary.spec.version,
+        });
+    }
+    if (this.reports().filter((v) => v.state === 'ready').length > 1) await this.measure();
+  }
+
+  /** Every variant with its check and measured latency. */
+  reports(): VariantReport[] {
+    const own = this.primary.loadInfo?.variants ?? [];
+    return [...own, ...(this.onnxReport ? [this.onnxReport] : [])].map((v) => {
+      const latency = this.latencies.get(variantId(v));
+      return latency === undefined ? v : { ...v, latency_ms: latency };
+    });
+  }
+
+  /** The pool and variant for a request's precision (and engine, when it names one). */
+  route(precision: Precision, engine?: string): VariantRoute {
+    const onnxReady = this.onnx !== undefined && this.onnxReport?.state === 'ready';
+    if (engine === 'onnx' && this.onnx) {
+      if (precision !== 'fp32')
+        throw this.unavailable(`the onnx variant runs fp32 only; ${precision} runs on torch`, { precision, engine });
+      if (!onnxReady) throw this.unavailable(`the onnx variant is ${this.describe(this.onnxReport)}`, { engine });
+      return { pool: this.onnx, variant: 'onnx-fp32' };
+    }
+    const own = this.primary.spec.config.engine;
+    if (engine !== undefined && engine !== own)
+      throw this.unavailable(
+        `it has no ${engine} variant; its engines are ${[own, ...(this.onnx ? ['onnx'] : [])].join(', ')}`,
+        { engine },
+      );
+    if (precision === 'fp32' && engine === undefined && onnxReady && this.onnx)
+      return { pool: this.onnx, variant: 'onnx-fp32' };
+    // Before the worker has reported, the request waits in the queue; the worker refuses it then.
+    const report = this.primary.loadInfo?.variants.find((v) => v.precision === precision);
+    if (report && report.state !== 'ready')
+      throw this.unavailable(`precision ${precision} (${report.method}) is ${this.describe(report)}`, { precision });
+    return { pool: this.primary, variant: variantId({ engine: own, precision }) };
+  }
+
+  /** For each offered precision, the variant that serves it by default and why. */
+  choices(offered: readonly Precision[]): VariantChoice[] {
+    const reports = this.reports();
+    const find = (engine: string, precision: Precision) =>
+      reports.find((v) => v.engine === engine && v.precision === precision);
+    const own = this.primary.spec.config.engine;
+    return offered.map((precision) => {
+      const mine = find(own, precision);
+      const onnx = precision === 'fp32' ? find('onnx', 'fp32') : undefined;
+      if (onnx?.state === 'ready')
+        return {
+          precision,
+          variant: 'onnx-fp32',
+          why:
+            `the ONNX export agrees with PyTorch (max abs error ${fmt(onnx.max_abs)}, tolerance ${onnx.tolerance}) ` +
+            'and runs in the gateway, with no worker round trip' +
+            latencyNote(onnx, mine),
+        };
+      if (!mine)
+        return { precision, variant: variantId({ engine: own, precision }), why: 'the model is still loading' };
+      if (mine.state !== 'ready') return { precision, variant: null, why: this.describe(mine) };
+      const parts = [mine.method];
+      if (mine.max_abs !== undefined)
+        parts.push(`max abs error vs fp32 ${fmt(mine.max_abs)} (tolerance ${mine.tolerance})`);
+      if (mine.reason) parts.push(mine.reason);
+      if (onnx) parts.push(`the onnx variant is ${this.describe(onnx)}`);
+      return { precision, variant: variantId(mine), why: parts.join('; ') };
+    });
+  }
+
+  private describe(report: VariantReport | undefined): string {
+    if (!report) return 'unknown';
+    return report.reason ? `${report.state}: ${report.reason}` : report.state;
+  }
+
+  private unavailable(reason: string, details: Record<string, unknown>) {
+    const { name } = this.primary.spec.config;
+    return tgError('VARIANT_UNAVAILABLE', `${this.label}: ${reason}`, {
+      model: name,
+      version: this.primary.spec.version,
+      ...details,
+    });
+  }
+
+  /** The onnx pool's fp32 beside the primary's on the same seeded inputs. */
+  private async checkOnnx(base: VariantReport): Promise<VariantReport> {
+    const onnx = this.onnx as ModelPool;
+    const { config } = this.primary.spec;
+    const tolerance = config.validation.tolerance.fp32 ?? DEFAULT_TOLERANCE.fp32;
+    const request = checkRequest(config.inputs, CHECK_ROWS);
+    const options = { timeoutMs: MEASURE_TIMEOUT_MS };
+    const [expected, actual] = await Promise.all([this.primary.infer(request, options), onnx.infer(request, options)]);
+    const errors = expected.outputs.map(({ name, tensor }) => {
+      const got = actual.outputs.find((o) => o.name === name);
+      return got
+        ? outputError(name, got.tensor, tensor, tolerance)
+        : { name, maxAbs: Infinity, maxRel: Infinity, within: false };
+    });
+    const worst = errors.reduce((a, b) => (b.maxAbs > a.maxAbs ? b : a));
+    const report: VariantReport = {
+      ...base,
+      state: 'ready',
+      reason: undefined,
+      max_abs: Math.max(...errors.map((e) => e.maxAbs)),
+      max_rel: Math.max(...errors.map((e) => e.maxRel)),
+      tolerance,
+      output: worst.name,
+    };
+    const failed = errors.find((e) => !e.within);
+    if (failed)
+      return {
+        ...report,
+        state: 'rejected',
+        reason: `output "${failed.name}" is off from PyTorch fp32 by up to ${fmt(failed.maxAbs)} (relative ${fmt(failed.maxRel)}), past the tolerance ${tolerance}`,
+      };
+    delete report.reason;
+    return report;
+  }
+
+  /** Median latency of one-row requests, per ready variant, through its own queue and engine. */
+  private async measure(): Promise<void> {
+    const { config } = this.primary.spec;
+    const request = (precision: Precision) => ({ ...checkRequest(config.inputs, 1), precision });
+    for (const report of this.reports()) {
+      if (report.state !== 'ready') continue;
+      const pool = report.engine === 'onnx' && this.onnx ? this.onnx : this.primary;
+      const times: number[] = [];
+      try {
+        for (let i = 0; i <= MEASURE_RUNS; i++) {
+          const start = performance.now();
+          await pool.infer(request(report.precision), { timeoutMs: MEASURE_TIMEOUT_MS });
+          if (i > 0) times.push(performance.now() - start); // the first pays any lazy set-up
+        }
+      } catch (err) {
+        if (pool.state !== 'closed')
+          this.log(`${this.label}: could not measure ${variantId(report)}: ${asTensorgateError(err).message}`, {
+            level: 'warn',
+          });
+        continue;
+      }
+      times.sort((a, b) => a - b);
+      this.latencies.set(variantId(report), Math.round((times[times.length >> 1] as number) * 1000) / 1000);
+    }
+  }
+}
+
+/** Seeded inputs of the declared specs: floats in [0, 1), integers 0 or 1, as the worker's check makes them. */
+export function checkRequest(specs: readonly TensorSpec[], rows: number): EngineRequest {
+  const random = seededRandom(0);
+  const inputs = specs.map((spec) => {
+    const shape = spec.shape.map((d) => (d === -1 ? rows : d));
+    const float = spec.dtype.startsWith('float') || spec.dtype === 'bfloat16';
+    const values = Array.from({ length: numel(shape) }, () => (float ? random() : random() < 0.5 ? 0 : 1));
+    const tensor = fromNestedArray(shape.length === 0 ? values[0] : nestFlat(values, shape), spec.dtype);
+    return { name: spec.name, tensor: tensorSource(tensor) };
+  });
+  return { inputs, precision: 'fp32' };
+}
+
+function fmt(n: number | undefined): string {
+  return n === undefined ? '?' : n.toExponential(2);
+}
+
+function latencyNote(onnx: VariantReport, torch: VariantReport | undefined): string {
+  if (onnx.latency_ms === undefined || torch?.latency_ms === undefined) return '';
+  return ` (a one-row request measured ${onnx.latency_ms} ms, on torch fp32 ${torch.latency_ms} ms)`;
+}

@@ -1,0 +1,13 @@
+/**
+ * mulberry32: a small seeded generator of numbers in [0, 1). The same sequence on every replica
+ * and every run, for check inputs that must agree across processes and for reproducible tests.
+ */
+export function seededRandom(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
