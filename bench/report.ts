@@ -103,7 +103,7 @@ function main(): void {
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
     'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
-    'node --import tsx bench/engines/run.ts                # about 2 minutes on 2 cores',
+    'node --import tsx bench/engines/run.ts                # about 13 minutes on 2 cores',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

@@ -522,7 +522,7 @@ export class Gateway {
       version = request.version ?? defaultVersion(config);
       const pool = this.poolFor(config, version);
       parameters = parseParameters(request.parameters, config);
-      route = this.models.variants(config.name, version)?.route(parameters.precision, parameters.engine) ?? {
+      route = (await this.models.variants(config.name, version)?.route(parameters.precision, parameters.engine)) ?? {
         pool,
         variant: `${config.engine}-${parameters.precision}`,
       };

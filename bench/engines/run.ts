@@ -11,7 +11,7 @@
  *   torch-int8            MODEL, {"precision": "int8"}   dynamic quantization
  *   onnx-fp32             MODEL                          the export in ONNX Runtime, in the gateway
  *
- *   node --import tsx bench/engines/run.ts [--ms 3000] [--rounds 3] [--out FILE]
+ *   node --import tsx bench/engines/run.ts [--ms 2500] [--rounds 3] [--out FILE]
  *
  * Per model and concurrency (1 and 16), closed loops of OIP v2 binary requests, the variants
  * taking turns round by round so drift hits all alike; then the same in-process (requests handed
@@ -66,7 +66,7 @@ const VARIANTS: { name: string; suffix: string; parameters: Record<string, strin
 
 const { values: opts } = parseArgs({
   options: {
-    ms: { type: 'string', default: '4000' },
+    ms: { type: 'string', default: '2500' },
     rounds: { type: 'string', default: '3' },
     out: { type: 'string' },
   },
@@ -214,6 +214,8 @@ async function main(): Promise<void> {
     const gateway = await Gateway.open({ ...defaultConfig(work), registry: join(work, 'r2.db'), modelsDir: repo });
     try {
       await gateway.loadAll();
+      // Each version's variants checked, so that every request goes where a settled server sends it.
+      for (const m of MODELS) for (const suffix of ['', '-optimized']) await gateway.loadModel(`${m.source}${suffix}`);
       blocks.push(
         ...(await measureAll('in-process', (model, parameters, request) => {
           const inputs = new Map([[request.input, tensorSource(request.tensor)]]);

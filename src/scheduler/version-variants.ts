@@ -46,6 +46,7 @@ export interface VariantChoice {
 const CHECK_ROWS = 2;
 const MEASURE_RUNS = 5;
 const MEASURE_TIMEOUT_MS = 10_000;
+const STILL_LOADING = 'still loading';
 
 export function variantId(v: { engine: string; precision: string }): string {
   return `${v.engine}-${v.precision}`;
@@ -67,7 +68,7 @@ export class VersionVariants {
         engine: 'onnx',
         method: `ONNX export, ONNX Runtime graph optimization ${onnx.spec.config.optimization.onnx_graph}`,
         state: 'unavailable',
-        reason: 'still loading',
+        reason: STILL_LOADING,
       };
   }
 
@@ -89,8 +90,9 @@ export class VersionVariants {
     if (this.onnx && this.onnxReport) {
       const base = this.onnxReport;
       try {
-        await this.onnx.start();
-        this.onnxReport = await this.checkOnnx(base);
+        const info = await this.onnx.start();
+        const how = info.variants[0]?.method;
+        this.onnxReport = await this.checkOnnx(how ? { ...base, method: `ONNX export; ${how}` } : base);
       } catch (err) {
         this.onnxReport = { ...base, reason: `the export did not load: ${asTensorgateError(err).message}` };
       }
@@ -113,8 +115,17 @@ export class VersionVariants {
     });
   }
 
-  /** The pool and variant for a request's precision (and engine, when it names one). */
-  route(precision: Precision, engine?: string): VariantRoute {
+  /**
+   * The pool and variant for a request's precision (and engine, when it names one). A request that
+   * names the onnx engine while the export is still loading or being checked waits for it, as a
+   * request for a loading model waits; others are not held up by it.
+   */
+  async route(precision: Precision, engine?: string): Promise<VariantRoute> {
+    if (engine === 'onnx' && this.onnx && this.onnxReport?.reason === STILL_LOADING) await this.settle();
+    return this.routeNow(precision, engine);
+  }
+
+  private routeNow(precision: Precision, engine?: string): VariantRoute {
     const onnxReady = this.onnx !== undefined && this.onnxReport?.state === 'ready';
     if (engine === 'onnx' && this.onnx) {
       if (precision !== 'fp32')

@@ -202,7 +202,10 @@ describe('OIP v2 over gRPC with tritonclient.grpc', () => {
     tabular_metadata: { inputs: { name: string; datatype: string; shape: string[] }[] };
     tabular_ready: boolean;
     index: { models: { name: string; state: string }[] };
-    tabular_response: { id: string; parameters: Record<string, { double_param?: number; int64_param?: string }> };
+    tabular_response: {
+      id: string;
+      parameters: Record<string, { double_param?: number; int64_param?: string; string_param?: string }>;
+    };
     errors: Record<string, string | null>;
     live_at_end: boolean;
   }
@@ -230,6 +233,7 @@ describe('OIP v2 over gRPC with tritonclient.grpc', () => {
   it('infers with raw tensor contents, the same numbers as MCP, with timings as parameters', async () => {
     assert.equal(report.tabular_response.id, 'g-1');
     assert.equal(report.tabular_response.parameters.batch_size?.int64_param, '3');
+    assert.equal(report.tabular_response.parameters.variant?.string_param, 'torch-fp32');
     assert.equal(typeof report.tabular_response.parameters.compute_ms?.double_param, 'number');
     const dir = server.workDir;
     const tabular = await mcpOutput('tabular-classifier', '1', 'features', join(dir, 'grpc_tabular_input.npy'));

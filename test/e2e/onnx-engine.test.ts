@@ -111,9 +111,18 @@ describe('the onnx engine (ONNX Runtime in the server process)', { timeout: 180_
     const metadata = (await (await fetch(`${served.base}/v2/models/mlp_onnx`)).json()) as { platform: string };
     assert.equal(metadata.platform, 'onnxruntime_onnx');
     const described = await client.callTool({ name: 'describe_model', arguments: { model: 'mlp_onnx' } });
-    const info = described.structuredContent as { engine: string; versions: { state: string; device?: string }[] };
+    const info = described.structuredContent as {
+      engine: string;
+      versions: { state: string; device?: string; variants?: { method: string }[] }[];
+    };
     assert.equal(info.engine, 'onnx');
     assert.deepEqual([info.versions[0]?.state, info.versions[0]?.device], ['ready', 'cpu']);
+    // A 4-16-3 MLP computes a full batch in microseconds: its passes skip the thread hop, and the
+    // answers above (an aligned MCP input, an unaligned binary OIP one) came from that session.
+    assert.match(
+      info.versions[0]?.variants?.[0]?.method ?? '',
+      /passes of up to 16 rows run on the gateway's thread \(\S+ ms each\), larger ones in the session's thread/,
+    );
     assert.match((described.content as { text: string }[])[0]?.text ?? '', /Runs in ONNX Runtime inside the server/);
   });
 

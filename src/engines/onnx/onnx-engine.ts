@@ -17,6 +17,7 @@ import type {
   NamedTensor,
 } from '../engine.js';
 import type { FromThread, GraphValue, ThreadOptions, ThreadTensor, ToThread } from './protocol.js';
+import { openSession, runSession, type Session } from './session.js';
 
 /**
  * The onnx engine: ONNX Runtime (onnxruntime-node) inside the gateway process, each instance a
@@ -26,6 +27,13 @@ import type { FromThread, GraphValue, ThreadOptions, ThreadTensor, ToThread } fr
  * main thread every forward pass would stall every other request. `resources.threads` is each
  * session's intra-op thread count and `resources.instances` the sessions run at once, behind the
  * same scheduler as any engine (batching, queue limits, timeouts, metrics).
+ *
+ * Except for graphs too small to be worth the hop. Handing a pass to the thread and back costs
+ * two thread wake-ups, tens of microseconds, which for a small tabular model is several times its
+ * compute. So after warm-up the instance times a pass of a full batch in its thread; when that
+ * takes under INLINE_MAX_MS, it opens a second session on the gateway's thread and runs passes no
+ * larger than that one there, where they block the event loop less than parsing a request body
+ * does. Larger passes still go to the thread. bench/engines measures the difference.
  */
 
 /** ONNX Runtime's element type names for tensorgate's dtypes (it has no bfloat16). */
@@ -40,6 +48,10 @@ const ORT_TYPES: Partial<Record<Tensor['dtype'], string>> = {
   int64: 'int64',
   bool: 'bool',
 };
+
+/** A full batch that computes faster than this runs on the gateway's thread (see above). */
+export const INLINE_MAX_MS = 0.2;
+const INLINE_PROBES = 5;
 
 /** The thread's module next to this one: .js once built, .ts when run from source. */
 const THREAD_FILE = new URL(`./onnx-thread${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
@@ -69,6 +81,9 @@ class OnnxInstance implements EngineInstance {
   readonly label: string;
   private readonly file: string;
   private worker: Worker | undefined;
+  /** The session on the gateway's thread, for passes of at most `inlineMaxElements` input elements. */
+  private inline: Session | undefined;
+  private inlineMaxElements = 0;
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   private closing = false;
@@ -90,8 +105,12 @@ class OnnxInstance implements EngineInstance {
     const name = `${config.name}@${version}`;
     if (!existsSync(this.file)) throw tgError('LOAD_FAILED', `${name}: ${this.file} does not exist`);
     const loadStart = performance.now();
-    const graphOptimization = config.optimization.onnx_graph;
-    const worker = startThread({ file: this.file, threads: config.resources.threads, graphOptimization }, this.label);
+    const options: ThreadOptions = {
+      file: this.file,
+      threads: config.resources.threads,
+      graphOptimization: config.optimization.onnx_graph,
+    };
+    const worker = startThread(options, this.label);
     let settle: (message: FromThread | Error) => void = () => {};
     const onMessage = (message: FromThread) => settle(message);
     const onError = (err: Error) => settle(err);
@@ -123,39 +142,67 @@ class OnnxInstance implements EngineInstance {
     const loadMs = performance.now() - loadStart;
     const warmStart = performance.now();
     for (let i = 0; i < config.warmup_runs; i++) await this.run(warmupInputs(config.inputs));
+    const warmupMs = performance.now() - warmStart;
+    const inline = await this.chooseInline(options);
     return {
       device: 'cpu',
       loadMs,
-      warmupMs: performance.now() - warmStart,
+      warmupMs,
       weightsBytes: statSync(this.file).size,
       runtime: ready.runtime,
       variants: [
         {
           precision: 'fp32',
           engine: 'onnx',
-          method: `ONNX Runtime, graph optimization ${graphOptimization}`,
+          method: `ONNX Runtime, graph optimization ${options.graphOptimization}${inline}`,
           state: 'ready',
         },
       ],
     };
   }
 
+  /**
+   * Times a full batch in the thread; when it is quick enough, opens the session on this thread.
+   * Returns how the describe_model method line says it.
+   */
+  private async chooseInline(options: ThreadOptions): Promise<string> {
+    const { config } = this.spec;
+    const rows = config.batching?.max_batch_size ?? 1;
+    const probe = () => warmupInputs(config.inputs, rows);
+    const times: number[] = [];
+    // A fresh probe each pass: the thread is handed its buffers.
+    for (let i = 0; i < INLINE_PROBES; i++) times.push((await this.run(probe())).computeMs);
+    const median = times.sort((a, b) => a - b)[INLINE_PROBES >> 1] as number;
+    if (median >= INLINE_MAX_MS) return '';
+    this.inline = await openSession(options);
+    this.inlineMaxElements = elementsOf(probe());
+    return `; passes of up to ${rows} rows run on the gateway's thread (${median.toFixed(3)} ms each), larger ones in the session's thread`;
+  }
+
   async infer(request: EngineRequest): Promise<EngineResponse> {
     const fillStart = performance.now();
-    // The one copy: each input into a buffer of its own, which then moves to the thread.
+    const inline = this.inline !== undefined && elementsOf(request.inputs) <= this.inlineMaxElements;
+    // The one copy for the thread: each input into a buffer of its own, which then moves there.
+    // Inline, bytes already in memory are read where they are, when aligned for their type (a
+    // binary OIP body places a tensor at any offset).
     const inputs = request.inputs.map(({ name, tensor }) => {
-      const data = new Uint8Array(tensor.byteLength);
-      if (tensor.data) data.set(tensor.data);
-      else tensor.fill(data);
+      const view = tensor.data;
+      let data = inline && view && view.byteOffset % dtypeSize(tensor.dtype) === 0 ? view : undefined;
+      if (!data) {
+        data = new Uint8Array(tensor.byteLength);
+        if (tensor.data) data.set(tensor.data);
+        else tensor.fill(data);
+      }
       return { name, tensor: { dtype: tensor.dtype, shape: tensor.shape, data } };
     });
     const sendStart = performance.now();
-    const { outputs, computeMs } = await this.run(inputs);
+    const { outputs, computeMs } = await (inline ? this.runInline(inputs) : this.run(inputs));
     return {
       outputs,
       timings: {
         fillMs: sendStart - fillStart,
-        // Handing the buffers to the thread and back, and waiting for it to pick the message up.
+        // Handing the buffers to the thread and back (and waiting for it to pick them up), or,
+        // inline, wrapping them as ONNX Runtime tensors.
         transferMs: Math.max(0, performance.now() - sendStart - computeMs),
         computeMs,
       },
@@ -168,6 +215,9 @@ class OnnxInstance implements EngineInstance {
 
   async close(): Promise<void> {
     this.closing = true;
+    const inline = this.inline;
+    this.inline = undefined;
+    await inline?.release();
     const worker = this.worker;
     this.worker = undefined;
     if (!worker) return;
@@ -203,20 +253,20 @@ class OnnxInstance implements EngineInstance {
     worker.on('exit', (code) => died(new Error(`exit code ${code}`)));
   }
 
+  private async runInline(inputs: NamedTensor[]): Promise<{ outputs: NamedTensor[]; computeMs: number }> {
+    try {
+      const { outputs, computeMs } = await runSession(this.inline as Session, toThread(inputs));
+      return { outputs: this.spec.config.outputs.map((spec) => fromThread(outputs, spec)), computeMs };
+    } catch (err) {
+      throw tgError('INFERENCE_FAILED', `${this.label}: ${(err as Error).message}`, { model: this.spec.config.name });
+    }
+  }
+
   private run(inputs: NamedTensor[]): Promise<{ outputs: NamedTensor[]; computeMs: number }> {
     const worker = this.worker;
     if (!worker) return Promise.reject(tgError('MODEL_NOT_READY', `${this.label} is not loaded`));
     const id = this.nextId++;
-    const message: ToThread = {
-      kind: 'run',
-      id,
-      inputs: inputs.map(({ name, tensor }) => ({
-        name,
-        type: ORT_TYPES[tensor.dtype] as string,
-        dims: tensor.shape,
-        data: tensor.data,
-      })),
-    };
+    const message: ToThread = { kind: 'run', id, inputs: toThread(inputs) };
     const transfer = inputs
       .map(({ tensor }) => tensor.data.buffer as ArrayBuffer)
       .filter((buffer, i, all) => all.indexOf(buffer) === i);
@@ -231,9 +281,28 @@ class OnnxInstance implements EngineInstance {
         },
         reject,
       });
-      worker.postMessage(message, transfer);
+      try {
+        worker.postMessage(message, transfer);
+      } catch (err) {
+        // A buffer that cannot be handed over (already handed to the thread): this pass fails alone.
+        this.pending.delete(id);
+        reject(tgError('INFERENCE_FAILED', `${this.label}: ${(err as Error).message}`));
+      }
     });
   }
+}
+
+function toThread(inputs: NamedTensor[]): ThreadTensor[] {
+  return inputs.map(({ name, tensor }) => ({
+    name,
+    type: ORT_TYPES[tensor.dtype] as string,
+    dims: tensor.shape,
+    data: tensor.data,
+  }));
+}
+
+function elementsOf(inputs: readonly { tensor: { shape: readonly number[] } }[]): number {
+  return inputs.reduce((sum, { tensor }) => sum + tensor.shape.reduce((a, b) => a * b, 1), 0);
 }
 
 function fromThread(outputs: ThreadTensor[], spec: TensorSpec): NamedTensor {
@@ -245,10 +314,10 @@ function fromThread(outputs: ThreadTensor[], spec: TensorSpec): NamedTensor {
   return { name: spec.name, tensor: { dtype: spec.dtype, shape: out.dims, data: out.data } };
 }
 
-/** Zeros of each declared input, dynamic dimensions as 1: what warm-up runs on. */
-function warmupInputs(specs: TensorSpec[]): NamedTensor[] {
+/** Zeros of the declared shapes, `rows` for a dynamic first dimension and 1 for other dynamic ones. */
+function warmupInputs(specs: TensorSpec[], rows = 1): NamedTensor[] {
   return specs.map((spec) => {
-    const shape = spec.shape.map((d) => (d < 0 ? 1 : d));
+    const shape = spec.shape.map((d, i) => (d >= 0 ? d : i === 0 ? rows : 1));
     const bytes = shape.reduce((a, b) => a * b, 1) * dtypeSize(spec.dtype);
     return { name: spec.name, tensor: { dtype: spec.dtype, shape, data: new Uint8Array(bytes) } };
   });
