@@ -587,6 +587,7 @@ export class Gateway {
             model,
             version: modelVersion,
             adapter,
+            variant: route.variant,
             batch_size: response.batchSize,
             rows,
             timings,

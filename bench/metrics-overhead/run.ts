@@ -112,6 +112,7 @@ async function main(): Promise<void> {
     model: 'tabular-classifier',
     version: '1',
     adapter: 'oip-rest' as const,
+    variant: 'torch-fp32',
     batch_size: 1,
     rows: 1,
     timings,

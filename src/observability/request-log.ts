@@ -42,6 +42,7 @@ export class RequestLog implements RequestObserver {
         model: r.model,
         version: r.version,
         adapter: r.adapter,
+        variant: r.variant,
         batch_size: r.batch_size,
         rows: r.rows,
         decode_ms: t.decode_ms,

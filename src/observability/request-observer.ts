@@ -15,6 +15,8 @@ export interface FinishedRequest {
   model: string;
   version: string;
   adapter: Adapter | undefined;
+  /** The variant that ran it: torch-fp32, torch-int8, onnx-fp32… */
+  variant: string;
   /** Rows in the forward pass that served the request (more than its own when batched). */
   batch_size: number;
   /** The request's own rows. */

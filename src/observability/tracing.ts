@@ -196,6 +196,7 @@ function attributes(r: FinishedRequest | FailedRequest): Attributes {
   if (r.version !== undefined) a['tensorgate.model_version'] = r.version;
   if (r.adapter !== undefined) a['tensorgate.adapter'] = r.adapter;
   if ('batch_size' in r) {
+    a['tensorgate.variant'] = r.variant;
     a['tensorgate.batch_size'] = r.batch_size;
     a['tensorgate.rows'] = r.rows;
   }

@@ -102,6 +102,7 @@ describe('OpenTelemetry spans', { timeout: 90_000 }, () => {
     assert.equal(attr(root, 'tensorgate.model'), MODEL);
     assert.equal(attr(root, 'tensorgate.model_version'), '1');
     assert.equal(attr(root, 'tensorgate.batch_size'), 1);
+    assert.equal(attr(root, 'tensorgate.variant'), 'torch-fp32');
     assert.equal(attr(root, 'tensorgate.adapter'), 'mcp');
     assert.equal(root.parentSpanId || undefined, undefined);
     assert.ok(nanos(root.endTimeUnixNano) >= nanos(root.startTimeUnixNano));

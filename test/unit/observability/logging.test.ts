@@ -16,6 +16,7 @@ const finished: FinishedRequest = {
   model: 'tabular-classifier',
   version: '1',
   adapter: 'mcp',
+  variant: 'onnx-fp32',
   batch_size: 2,
   rows: 1,
   timings: { decode_ms: 0.01, queue_ms: 0.02, transfer_ms: 0.3, compute_ms: 0.05, encode_ms: 0.01, total_ms: 0.4 },
@@ -72,7 +73,7 @@ describe('pretty format', () => {
     );
     assert.match(
       lines[1] as string,
-      / INFO {2}inference request_id=r-1 model=tabular-classifier version=1 adapter=mcp batch_size=2 rows=1 decode_ms=0.01 queue_ms=0.02 transfer_ms=0.3 compute_ms=0.05 encode_ms=0.01 total_ms=0.4$/,
+      / INFO {2}inference request_id=r-1 model=tabular-classifier version=1 adapter=mcp variant=onnx-fp32 batch_size=2 rows=1 decode_ms=0.01 queue_ms=0.02 transfer_ms=0.3 compute_ms=0.05 encode_ms=0.01 total_ms=0.4$/,
     );
   });
 });
@@ -105,6 +106,7 @@ describe('JSON format', () => {
           model: 'tabular-classifier',
           version: '1',
           adapter: 'mcp',
+          variant: 'onnx-fp32',
           batch_size: 2,
           rows: 1,
           decode_ms: 0.01,
