@@ -683,6 +683,8 @@ const counted = new WeakSet<object>();
 
 function variantsOf(variants: VersionVariants | undefined, config: ModelConfig): Partial<VersionStatus> {
   if (!variants) return {};
+  // A version loaded at start-up is measured when first described; this answer may come first.
+  void variants.measured();
   const offered = ['fp32' as const, ...config.parameters.precision.filter((p) => p !== 'fp32')];
   return { variants: variants.reports(), engine_choice: variants.choices(offered) };
 }

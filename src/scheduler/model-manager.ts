@@ -138,7 +138,7 @@ export class ModelManager {
 
   /**
    * Loads a version and resolves when it is ready (or rejects with why it is not); with
-   * `variants`, once its variants are checked and measured too.
+   * `variants`, once its variants are checked and their latencies measured too.
    */
   async load(
     name: string,
@@ -150,7 +150,7 @@ export class ModelManager {
     const pool = this.startLoad(name, version, dir, config);
     await pool.start().catch(() => {});
     if (pool.state !== 'ready') throw pool.error ?? tgError('MODEL_NOT_READY', `${name}@${version} did not load`);
-    if (variants) await this.variantSets.get(key(name, version))?.settle();
+    if (variants) await this.variantSets.get(key(name, version))?.measured();
     return pool;
   }
 

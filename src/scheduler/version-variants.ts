@@ -24,9 +24,11 @@ import type { ModelPool } from './model-pool.js';
  * runs on torch. A variant that was rejected or cannot run here is answered VARIANT_UNAVAILABLE
  * with its reason, and the others keep serving.
  *
- * Each ready variant's latency is measured once after loading (median of a few one-row requests
- * through its queue and engine) when the version has more than one variant: that is what
- * describe_model shows next to the accuracy.
+ * Each ready variant's latency is measured once (median of a few one-row requests through its
+ * queue and engine) when the version has more than one variant: that is what describe_model shows
+ * next to the accuracy. Registration and load_model measure before they answer; a server loading
+ * its repository at start-up does not, since those requests would compete with the first real
+ * ones for the CPU, and measures when describe_model first asks.
  */
 
 export interface VariantRoute {
@@ -56,6 +58,7 @@ export class VersionVariants {
   private onnxReport: VariantReport | undefined;
   private readonly latencies = new Map<string, number>();
   private settling: Promise<void> | undefined;
+  private measuring: Promise<void> | undefined;
 
   constructor(
     readonly primary: ModelPool,
@@ -77,16 +80,24 @@ export class VersionVariants {
   }
 
   /**
-   * Once the primary pool is ready: loads and checks the onnx variant, then measures; the same
-   * promise for every caller. Never rejects: a variant that fails is recorded as unavailable or
-   * rejected, with the reason.
+   * Once the primary pool is ready: loads and checks the onnx variant; the same promise for every
+   * caller. Never rejects: a variant that fails is recorded as unavailable or rejected, with the
+   * reason.
    */
   settle(): Promise<void> {
-    this.settling ??= this.checkAndMeasure();
+    this.settling ??= this.check();
     return this.settling;
   }
 
-  private async checkAndMeasure(): Promise<void> {
+  /** Checks (settle), then measures each ready variant's latency, once; never rejects. */
+  measured(): Promise<void> {
+    this.measuring ??= this.settle().then(() =>
+      this.reports().filter((v) => v.state === 'ready').length > 1 ? this.measure() : undefined,
+    );
+    return this.measuring;
+  }
+
+  private async check(): Promise<void> {
     if (this.onnx && this.onnxReport) {
       const base = this.onnxReport;
       try {
@@ -103,7 +114,6 @@ export class VersionVariants {
           version: this.primary.spec.version,
         });
     }
-    if (this.reports().filter((v) => v.state === 'ready').length > 1) await this.measure();
   }
 
   /** Every variant with its check and measured latency. */

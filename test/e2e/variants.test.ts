@@ -96,6 +96,9 @@ describe('precision and engine variants', { timeout: 240_000 }, () => {
     served = await serveOne(['mlp_variants', 'mlp']);
     client = new Client({ name: 'variants-test', version: '0.0.0' });
     await client.connect(new StreamableHTTPClientTransport(new URL(served.url)));
+    // load_model answers once the variants are checked and their latencies measured.
+    const loaded = await client.callTool({ name: 'load_model', arguments: { model: 'mlp_variants' } });
+    assert.notEqual(loaded.isError, true, JSON.stringify(loaded.content));
   });
 
   after(async () => {
