@@ -26,6 +26,12 @@ const KeyFileSchema = z.object({ keys: z.array(KeyRecordSchema) });
 
 const KEY_PATTERN = /^tgk_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$/;
 
+/** The id and secret of a well-formed key. The secret's alphabet includes `_`, so split on it by position. */
+export function parseApiKey(key: string): { id: string; secret: string } | undefined {
+  const match = KEY_PATTERN.exec(key);
+  return match ? { id: match[1] as string, secret: match[2] as string } : undefined;
+}
+
 function sha256(secret: string): Buffer {
   return createHash('sha256').update(secret).digest();
 }
@@ -102,12 +108,12 @@ export class ApiKeyStore {
 
   /** The record of a valid key, or undefined (unknown id, wrong secret, malformed). */
   verify(key: string): KeyRecord | undefined {
-    const match = KEY_PATTERN.exec(key);
-    if (!match) return undefined;
+    const parsed = parseApiKey(key);
+    if (!parsed) return undefined;
     this.refresh();
-    const record = this.records.get(match[1] as string);
+    const record = this.records.get(parsed.id);
     if (!record) return undefined;
-    return timingSafeEqual(sha256(match[2] as string), Buffer.from(record.sha256, 'hex')) ? record : undefined;
+    return timingSafeEqual(sha256(parsed.secret), Buffer.from(record.sha256, 'hex')) ? record : undefined;
   }
 
   private save(): void {

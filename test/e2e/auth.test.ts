@@ -11,6 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { SignJWT } from 'jose';
+import { parseApiKey } from '../../src/security/api-keys.js';
 import { ROOT } from '../helpers/models.js';
 import { type Served, serveOne } from '../helpers/serve.js';
 
@@ -78,7 +79,7 @@ describe('authentication on HTTP, MCP and gRPC', { timeout: 240_000 }, () => {
   it('stores the key hashed, shows it once, and audits its creation', () => {
     assert.match(key, /^tgk_[a-z0-9]{12}_[A-Za-z0-9_-]{43}$/);
     const file = readFileSync(keysFile, 'utf8');
-    assert.ok(!file.includes(key.split('_')[2] as string), 'the secret is not in the key file');
+    assert.ok(!file.includes(parseApiKey(key)?.secret as string), 'the secret is not in the key file');
     assert.match(file, /"sha256": "[0-9a-f]{64}"/);
     const audit = readFileSync(join(work, 'audit.jsonl'), 'utf8');
     assert.match(audit, /"action":"create_api_key"/);
@@ -199,7 +200,7 @@ describe('authentication on HTTP, MCP and gRPC', { timeout: 240_000 }, () => {
   });
 
   it('refuses a revoked key from the next request on, without a restart', async () => {
-    const id = key.split('_')[1] as string;
+    const id = parseApiKey(key)?.id as string;
     await cli(['--audit-log', join(work, 'audit.jsonl'), 'keys', 'revoke', id, '--file', keysFile]);
     assert.equal((await get(`${served.base}/v2/models/adder`, key)).status, 401);
     assert.match(readFileSync(join(work, 'audit.jsonl'), 'utf8'), /"action":"revoke_api_key"/);

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { type Browser, chromium, type Page } from 'playwright-core';
+import { parseApiKey } from '../../src/security/api-keys.js';
 import { type Connected, connect } from '../helpers/mcp.js';
 import { ROOT } from '../helpers/models.js';
 import { type Served, serveOne } from '../helpers/serve.js';
@@ -211,7 +212,7 @@ describe('dashboard login, with auth on', { timeout: 180_000 }, () => {
     assert.equal(cookie?.httpOnly, true, 'scripts cannot read the session');
     assert.equal(cookie?.sameSite, 'Strict');
     assert.equal(cookie?.path, '/dashboard');
-    assert.ok(!cookie?.value.includes(keys.monitor.split('_')[2] as string), 'the cookie is not the key');
+    assert.ok(!cookie?.value.includes(parseApiKey(keys.monitor)?.secret as string), 'the cookie is not the key');
 
     // The session opens the dashboard's API and nothing else.
     const withCookie = { headers: { cookie: `tg_session=${cookie?.value}` } };
@@ -220,7 +221,7 @@ describe('dashboard login, with auth on', { timeout: 180_000 }, () => {
     assert.equal((await fetch(`${served.base}/v2/models/adder`, withCookie)).status, 401);
 
     // Revoking the key ends its sessions at once; the page asks for a login again.
-    const id = keys.monitor.split('_')[1] as string;
+    const id = parseApiKey(keys.monitor)?.id as string;
     await run(
       process.execPath,
       ['--import', 'tsx', join(ROOT, 'src/cli/main.ts'), 'keys', 'revoke', id, '--file', keysFile],

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { parseApiKey } from '../../src/security/api-keys.js';
 import { ROOT } from '../helpers/models.js';
 import { type Served, serveOne } from '../helpers/serve.js';
 
@@ -239,7 +240,7 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
 
   it("audits the admin's loads on every surface, and an unload, with the key and the outcome", async () => {
     await clients.admin.callTool({ name: 'unload_model', arguments: { model: 'row_sum' } });
-    const adminId = `key:${keys.admin.split('_')[1]}`;
+    const adminId = `key:${parseApiKey(keys.admin)?.id}`;
     const done = readFileSync(join(served.work, 'audit.jsonl'), 'utf8')
       .trim()
       .split('\n')
