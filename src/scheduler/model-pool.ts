@@ -19,7 +19,9 @@ import { Job } from './job.js';
  * batch.ts). Every request is answered exactly once: with its result, or with its error, its
  * timeout or its cancellation (job.ts). A crashed instance fails only what it was running (or
  * retries it once, for idempotent models) and is restarted with backoff; one that cannot load
- * again after a few tries leaves the pool failed with the last error instead of looping.
+ * again after a few tries is given up, and when no instance is left the pool is failed with the
+ * last error instead of looping. A restart killed by SIGKILL does not count as a try: that signal
+ * comes from outside (an operator, the OOM killer), not from the model.
  */
 
 export type PoolState = 'loading' | 'ready' | 'failed' | 'closed';
@@ -51,9 +53,10 @@ interface Slot {
 /** Errors caused by one request's data: a batch that fails with one is retried request by request. */
 // REMOTE_ERROR: a remote endpoint that refuses a batched call may be refusing one request's data.
 const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND', 'REMOTE_ERROR']);
-/** Restart attempts after a crash before an instance that cannot load again is given up. */
-const MAX_RESTART_ATTEMPTS = 3;
-const RESTART_BACKOFF_MS = [100, 500, 2000];
+/** Failed restarts after a crash before an instance that cannot load again is given up. */
+const MAX_RESTART_FAILURES = 3;
+/** The wait before each restart attempt; the last one repeats. */
+const RESTART_BACKOFF_MS = [100, 500, 2000, 5000];
 
 export class ModelPool {
   private readonly slots: Slot[] = [];
@@ -191,7 +194,7 @@ export class ModelPool {
     const instance = this.engine.createInstance(this.spec, index);
     const slot: Slot = { instance, busy: false, ready: false };
     this.slots[index] = slot;
-    instance.onCrash((err) => this.onCrash(index, err));
+    instance.onCrash((err) => this.onCrash(slot, index, err));
     const info = await instance.start();
     slot.ready = true;
     return info;
@@ -329,21 +332,22 @@ export class ModelPool {
     if (this.idle) for (const wake of this.idleWaiters.splice(0)) wake();
   }
 
-  private onCrash(index: number, err: Error): void {
-    const slot = this.slots[index];
-    if (!slot || this.stateValue === 'closed') return;
+  private onCrash(slot: Slot, index: number, err: Error): void {
+    // A crash during start fails start() itself, whose caller retries or gives up: restarting here
+    // too would start a second worker for the same slot and orphan one of them.
+    if (!slot.ready || this.slots[index] !== slot || this.stateValue === 'closed') return;
     slot.ready = false;
-    if (this.stateValue !== 'ready') return; // A crash during start fails start() itself.
+    if (this.stateValue !== 'ready') return;
     this.restarts += 1;
     this.options.onLog?.(`${slot.instance.label} crashed (${err.message}); restarting`, {
       level: 'warn',
       model: this.spec.config.name,
       version: this.spec.version,
     });
-    this.restartSlot(index, 1);
+    this.restartSlot(index, 1, 0);
   }
 
-  private restartSlot(index: number, attempt: number): void {
+  private restartSlot(index: number, attempt: number, failures: number): void {
     const delay = RESTART_BACKOFF_MS[Math.min(attempt, RESTART_BACKOFF_MS.length) - 1] as number;
     setTimeout(() => {
       if (this.stateValue !== 'ready') return;
@@ -351,12 +355,15 @@ export class ModelPool {
         .then(() => this.drain())
         .catch((restartErr: unknown) => {
           const error = asTensorgateError(restartErr);
-          this.options.onLog?.(`${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}`, {
-            level: 'error',
-            model: this.spec.config.name,
-            version: this.spec.version,
-          });
-          if (attempt < MAX_RESTART_ATTEMPTS) this.restartSlot(index, attempt + 1);
+          const killed = error.data.signal === 'SIGKILL';
+          const failed = killed ? failures : failures + 1;
+          const giveUp = failed >= MAX_RESTART_FAILURES;
+          const outcome = giveUp ? 'giving up on it' : killed ? 'killed from outside; trying again' : 'trying again';
+          this.options.onLog?.(
+            `${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}; ${outcome}`,
+            { level: 'error', model: this.spec.config.name, version: this.spec.version },
+          );
+          if (!giveUp) this.restartSlot(index, attempt + 1, failed);
           else if (this.slots.every((s) => !s.ready)) this.fail(error);
         });
     }, delay);

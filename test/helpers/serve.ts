@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { cpSync, mkdtempSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitForUrl } from './mcp.js';
@@ -38,11 +38,20 @@ export async function serveOne(
     env?: NodeJS.ProcessEnv;
     /** Workflow folders of test/fixtures/workflows to put in the repository too. */
     workflows?: string[];
+    /** Changes each copied model's config.json before the server starts. */
+    editConfig?: (config: Record<string, unknown>) => void;
   } = {},
 ): Promise<Served> {
   const work = mkdtempSync(join(tmpdir(), 'tg-serve-'));
-  for (const name of typeof model === 'string' ? [model] : model)
-    cpSync(join(ensureTestModels(), name), join(work, 'models', name), { recursive: true });
+  for (const name of typeof model === 'string' ? [model] : model) {
+    const dir = join(work, 'models', name);
+    cpSync(join(ensureTestModels(), name), dir, { recursive: true });
+    if (options.editConfig) {
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+      options.editConfig(config);
+      writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    }
+  }
   for (const name of options.workflows ?? [])
     cpSync(join(ROOT, 'test', 'fixtures', 'workflows', name), join(work, 'models', name), { recursive: true });
   const child = spawn(

@@ -51,6 +51,28 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     assert.notEqual(workerPids()[0], pid, 'a new worker serves');
   });
 
+  it('keeps restarting a worker killed while it restarts, one worker at a time, until it serves', async () => {
+    const [first] = workerPids();
+    assert.ok(first, 'one worker is running');
+    process.kill(first, 'SIGKILL');
+    // sleepy warms up for a second: each new worker is still loading when it is killed. Three
+    // kills would use up the tries of a model that fails to load; a SIGKILL does not count.
+    const killed = [first];
+    for (let i = 0; i < 3; i++) {
+      const restarting = await waitFor(() => workerPids().find((pid) => !killed.includes(pid)));
+      process.kill(restarting, 'SIGKILL');
+      killed.push(restarting);
+    }
+    const served = await gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } });
+    assert.deepEqual(served.outputs[0]?.shape, [1, 4]);
+    // Long enough for a second restart of the same instance, had one been scheduled, to start and load.
+    await new Promise((r) => setTimeout(r, 3000));
+    const workers = workerPids();
+    assert.equal(workers.length, 1, `one worker for one instance, found ${workers.length}`);
+    assert.ok(!killed.some((pid) => workers.includes(pid)));
+    assert.equal(gateway.modelInfo('sleepy').versions[0]?.state, 'ready');
+  });
+
   it('reports a model whose weights cannot load as failed, with the reason, and keeps serving others', async () => {
     const broken = join(work, 'broken');
     cpSync(join(models, 'adder'), broken, { recursive: true });
@@ -76,3 +98,13 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     assert.deepEqual(workerPids(), []);
   });
 });
+
+async function waitFor<T>(probe: () => T | undefined, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`nothing within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

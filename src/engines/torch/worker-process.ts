@@ -106,7 +106,7 @@ export class WorkerProcess {
     this.child.on('error', (err) => this.onExit(`could not start ${pythonExecutable()}: ${err.message}`));
     this.child.on('exit', (code, signal) => {
       clearTimeout(startTimer);
-      this.onExit(`exited with ${signal ? `signal ${signal}` : `code ${code}`}`);
+      this.onExit(`exited with ${signal ? `signal ${signal}` : `code ${code}`}`, signal ?? undefined);
       helloReject(this.exitError as TensorgateError);
     });
   }
@@ -166,10 +166,11 @@ export class WorkerProcess {
     pending.reject(tgError(code, `${type}${reply.error.message}`, { worker: this.options.label }));
   }
 
-  private onExit(reason: string): void {
+  private onExit(reason: string, signal?: NodeJS.Signals): void {
     if (this.exitError) return;
     this.exitError = tgError('WORKER_CRASHED', `worker ${this.options.label} ${reason}; it is restarted, retry`, {
       worker: this.options.label,
+      ...(signal ? { signal } : {}),
       retryable: true,
     });
     for (const p of this.pending.values()) p.reject(this.exitError);
