@@ -112,6 +112,8 @@ export const ResourcesSchema = z.object({
   threads: z.number().int().min(1).max(256).default(1),
   memory_mb: z.number().int().positive().optional(),
   instances: z.number().int().min(1).max(64).default(1),
+  /** Seconds a worker may take to load, warm up and check its variants before it is stopped. */
+  load_timeout_s: z.number().positive().max(86_400).default(600),
 });
 
 /**
@@ -156,7 +158,7 @@ export const ModelConfigSchema = z
       .object({ tolerance: z.partialRecord(z.enum(PRECISIONS), z.number().positive()).default({}) })
       .strict()
       .default({ tolerance: {} }),
-    resources: ResourcesSchema.default({ device: 'cpu', threads: 1, instances: 1 }),
+    resources: ResourcesSchema.default({ device: 'cpu', threads: 1, instances: 1, load_timeout_s: 600 }),
     versions: z.record(z.string().regex(/^\d+$/, 'versions are positive integers'), VersionConfigSchema),
     warmup_runs: z.number().int().min(0).max(100).default(2),
     batching: BatchingSchema.optional(),

@@ -91,6 +91,23 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     assert.equal(ok.model, 'sleepy');
   });
 
+  it('stops a worker that does not load within resources.load_timeout_s, and reports why', async () => {
+    // sleepy warms up for a second; a 0.3 s budget runs out while it does.
+    const slow = join(work, 'slow');
+    cpSync(join(models, 'sleepy'), slow, { recursive: true });
+    const config = JSON.parse(readFileSync(join(slow, 'config.json'), 'utf8'));
+    config.name = 'slow';
+    config.resources = { ...config.resources, load_timeout_s: 0.3 };
+    writeFileSync(join(slow, 'config.json'), JSON.stringify(config));
+    const before = workerPids();
+    const info = await gateway.register(slow);
+    assert.equal(info.versions[0]?.state, 'failed');
+    assert.match(info.versions[0]?.error ?? '', /did not load within 0\.3 s \(resources\.load_timeout_s\)/);
+    await waitFor(() => (workerPids().every((pid) => before.includes(pid)) ? true : undefined));
+    const ok = await gateway.infer({ model: 'sleepy', inputs: { x: [[0, 0, 0, 0]] } });
+    assert.equal(ok.model, 'sleepy');
+  });
+
   it('removes its arenas and stops its workers on close', async () => {
     assert.ok(ownArenas().length > 0);
     await gateway.close();

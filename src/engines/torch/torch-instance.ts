@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { TensorgateError } from '../../errors.js';
+import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
 import { DEFAULT_TOLERANCE } from '../../registry/model-config.js';
 import { versionDir, versionFile } from '../../registry/repository.js';
@@ -83,7 +83,7 @@ export class TorchInstance implements EngineInstance {
       torch_optimization: config.optimization.torch,
       tolerance: { ...DEFAULT_TOLERANCE, ...config.validation.tolerance },
     };
-    const loaded = LoadResultSchema.parse(await worker.request('load', { model, variants }));
+    const loaded = LoadResultSchema.parse(await this.loadWithin(worker, { model, variants }));
     return {
       device: loaded.device,
       loadMs: loaded.load_ms,
@@ -164,6 +164,28 @@ export class TorchInstance implements EngineInstance {
     await this.worker?.shutdown();
     this.arenaIn?.close();
     this.arenaOut?.close();
+  }
+
+  /**
+   * The load request, bounded by `resources.load_timeout_s`: a worker stuck in a model's load
+   * code is stopped, so that a restart that hangs is given up like one that fails.
+   */
+  private loadWithin(worker: WorkerProcess, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const seconds = this.spec.config.resources.load_timeout_s;
+    const loading = worker.request('load', body);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        loading.catch(() => {}); // Rejected by the kill below; this error is the one reported.
+        reject(
+          tgError('LOAD_FAILED', `${this.label} did not load within ${seconds} s (resources.load_timeout_s); stopped`, {
+            worker: this.label,
+          }),
+        );
+        worker.kill();
+      }, seconds * 1000);
+    });
+    return Promise.race([loading, timedOut]).finally(() => clearTimeout(timer));
   }
 
   private onWorkerExit(err: TensorgateError): void {
