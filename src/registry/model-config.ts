@@ -158,7 +158,7 @@ export const ModelConfigSchema = z
       .object({ tolerance: z.partialRecord(z.enum(PRECISIONS), z.number().positive()).default({}) })
       .strict()
       .default({ tolerance: {} }),
-    resources: ResourcesSchema.default({ device: 'cpu', threads: 1, instances: 1, load_timeout_s: 600 }),
+    resources: ResourcesSchema.prefault({}), // parsed, so the defaults above apply
     versions: z.record(z.string().regex(/^\d+$/, 'versions are positive integers'), VersionConfigSchema),
     warmup_runs: z.number().int().min(0).max(100).default(2),
     batching: BatchingSchema.optional(),

@@ -183,11 +183,10 @@ class OnnxInstance implements EngineInstance {
     const fillStart = performance.now();
     const inline = this.inline !== undefined && elementsOf(request.inputs) <= this.inlineMaxElements;
     // The one copy for the thread: each input into a buffer of its own, which then moves there.
-    // Inline, bytes already in memory are read where they are, when aligned for their type (a
-    // binary OIP body places a tensor at any offset).
+    // Inline, bytes already in memory are read where they are; runSession's typedView copies those
+    // not aligned for their type (a binary OIP body places a tensor at any offset).
     const inputs = request.inputs.map(({ name, tensor }) => {
-      const view = tensor.data;
-      let data = inline && view && view.byteOffset % dtypeSize(tensor.dtype) === 0 ? view : undefined;
+      let data = inline ? tensor.data : undefined;
       if (!data) {
         data = new Uint8Array(tensor.byteLength);
         if (tensor.data) data.set(tensor.data);

@@ -1,4 +1,6 @@
 import ort from 'onnxruntime-node';
+import type { DType } from '../../tensor/dtype.js';
+import { typedView } from '../../tensor/tensor.js';
 import type { ThreadOptions, ThreadTensor } from './protocol.js';
 
 /**
@@ -26,7 +28,7 @@ export async function runSession(
   inputs: readonly ThreadTensor[],
 ): Promise<{ outputs: ThreadTensor[]; computeMs: number }> {
   const feeds: Record<string, ort.Tensor> = {};
-  for (const t of inputs) feeds[t.name] = new ort.Tensor(t.type as ort.Tensor.Type, view(t), t.dims);
+  for (const t of inputs) feeds[t.name] = new ort.Tensor(t.type as ort.Tensor.Type, ortData(t), t.dims);
   const start = performance.now();
   const results = await session.run(feeds);
   const computeMs = performance.now() - start;
@@ -43,25 +45,11 @@ export async function runSession(
   return { outputs, computeMs };
 }
 
-/** The typed array ONNX Runtime takes for an element type, over the bytes that came in. */
-function view(t: ThreadTensor): ort.Tensor.DataType {
-  const { buffer, byteOffset, byteLength } = t.data;
-  switch (t.type) {
-    case 'float32':
-      return new Float32Array(buffer, byteOffset, byteLength / 4);
-    case 'float64':
-      return new Float64Array(buffer, byteOffset, byteLength / 8);
-    case 'float16':
-      return new Uint16Array(buffer, byteOffset, byteLength / 2);
-    case 'int8':
-      return new Int8Array(buffer, byteOffset, byteLength);
-    case 'int16':
-      return new Int16Array(buffer, byteOffset, byteLength / 2);
-    case 'int32':
-      return new Int32Array(buffer, byteOffset, byteLength / 4);
-    case 'int64':
-      return new BigInt64Array(buffer, byteOffset, byteLength / 8);
-    default:
-      return new Uint8Array(buffer, byteOffset, byteLength); // uint8, bool
-  }
+/**
+ * The typed array ONNX Runtime takes for an element type, over the bytes that came in. Every type
+ * ONNX Runtime runs here has the same name as tensorgate's dtype (onnx-engine.ts maps them), and
+ * the same array: float16 as its Uint16 bits, bool as Uint8.
+ */
+function ortData(t: ThreadTensor): ort.Tensor.DataType {
+  return typedView({ dtype: t.type as DType, shape: t.dims, data: t.data }) as ort.Tensor.DataType;
 }
