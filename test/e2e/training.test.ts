@@ -224,9 +224,12 @@ describe('training runs over MCP', () => {
     await Promise.all(ids.map((run, i) => call(server.client, 'set_hyperparameters', { run, values: { lr: lrs[i] } })));
     for (const [i, run] of ids.entries()) {
       const { change } = await applied(run, 1);
-      const last = ts[i]?.records().at(-1);
-      assert.ok(last && last.step >= (change.applied_step as number));
-      assert.equal(last?.lr, lrs[i]);
+      // The trainer writes its record for a step just after applying the change at that step.
+      const last = await waitFor(`${run} recording step ${change.applied_step}`, async () => {
+        const record = ts[i]?.records().at(-1);
+        return record && record.step >= (change.applied_step as number) ? record : undefined;
+      });
+      assert.equal(last.lr, lrs[i]);
     }
     for (const t of ts) t.child.kill('SIGTERM');
   });
@@ -248,7 +251,8 @@ describe('training runs over MCP', () => {
     await atStep(run, 10);
     const answer = await call(server.client, 'set_hyperparameters', { run, values: { lr: 0.02 } });
     assert.equal(answer.isError, false, answer.text);
-    const { change, report } = await applied(run, 1);
+    // A change counts as applied once rank 0 has applied it; each rank then reports its own version.
+    const { change } = await applied(run, 1);
     const at = change.applied_step as number;
     await waitFor('both ranks past the change', async () =>
       ranks.every((r) => (r.records().at(-1)?.step ?? -1) > at) ? true : undefined,
@@ -258,10 +262,10 @@ describe('training runs over MCP', () => {
       assert.equal(byStep.get(at - 1), 0.05);
       assert.equal(byStep.get(at), 0.02);
     }
-    assert.deepEqual(
-      report.ranks?.map((r) => r.applied_version),
-      [1, 1],
-    );
+    await waitFor('every rank reporting version 1', async () => {
+      const report = await getRun(server.client, run, { points: 0 });
+      return report.ranks?.every((r) => r.applied_version === 1) ? true : undefined;
+    });
     const stop = await call(server.client, 'control_run', { run, command: 'stop' });
     assert.equal(stop.isError, false, stop.text);
     const exits = await Promise.all(ranks.map((r) => r.exited));
