@@ -578,7 +578,7 @@ export class Gateway {
           encode_ms: round(end - encodeStart),
           total_ms: round(end - start),
         };
-        this.metrics.recordSuccess(model, modelVersion, timings, rows, response.batchSize);
+        this.metrics.recordSuccess(model, modelVersion, route.variant, timings, rows, response.batchSize);
         if (this.metrics.enabled)
           this.window.recordSuccess(model, modelVersion, requestId, timings, response.batchSize, rows, inputs[0]?.form);
         if (this.observers.length > 0) {

@@ -101,7 +101,7 @@ async function main(): Promise<void> {
   };
   const n = 200_000;
   const start = performance.now();
-  for (let i = 0; i < n; i++) gateway.metrics.recordSuccess('tabular-classifier', '1', timings, 1, 1);
+  for (let i = 0; i < n; i++) gateway.metrics.recordSuccess('tabular-classifier', '1', 'torch-fp32', timings, 1, 1);
   const recordUs = ((performance.now() - start) / n) * 1000;
   const windowStart = performance.now();
   for (let i = 0; i < n; i++) gateway.window.recordSuccess('tabular-classifier', '1', 'bench', timings, 1, 1, 'binary');

@@ -108,9 +108,16 @@ export class PrometheusMetrics {
     this.registerPoolMetrics(registers);
   }
 
-  recordSuccess(model: string, version: string, t: StageTimings, rows: number, batchSize: number): void {
+  recordSuccess(
+    model: string,
+    version: string,
+    variant: string,
+    t: StageTimings,
+    rows: number,
+    batchSize: number,
+  ): void {
     if (!this.enabled) return;
-    const c = this.children(model, version);
+    const c = this.children(model, version, variant);
     c.success.value++;
     c.inferences.value += rows;
     c.requestUs.value += t.total_ms * 1000;
@@ -128,13 +135,17 @@ export class PrometheusMetrics {
     this.batchRows.observe(c.batch, batchSize);
   }
 
-  /** The label-bound series of one model version, made once. */
-  private children(model: string, version: string): Bound {
-    const key = `${model}\0${version}`;
+  /**
+   * The label-bound series of one variant of a model version, made once. Triton's counters are per
+   * version (variants of one version share them); the histograms are per variant, so each one's
+   * P50/P90/P99 can be read apart (an int8 next to its fp32, onnx next to torch).
+   */
+  private children(model: string, version: string, variant: string): Bound {
+    const key = `${model}\0${version}\0${variant}`;
     let c = this.bound.get(key);
     if (!c) {
       const labels = { model, version };
-      const stage = (name: (typeof STAGES)[number]) => this.stages.bind({ model, version, stage: name });
+      const stage = (name: (typeof STAGES)[number]) => this.stages.bind({ model, version, variant, stage: name });
       c = {
         success: this.success.bind(labels),
         inferences: this.inferences.bind(labels),
@@ -149,7 +160,7 @@ export class PrometheusMetrics {
         compute: stage('compute'),
         encode: stage('encode'),
         total: stage('total'),
-        batch: this.batchRows.bind(labels),
+        batch: this.batchRows.bind({ model, version, variant }),
       };
       this.bound.set(key, c);
     }

@@ -166,6 +166,32 @@ describe('precision and engine variants', { timeout: 240_000 }, () => {
     within(oipOnnx.outputs?.[0]?.data ?? [], reference_, 1e-5);
   });
 
+  it("Prometheus's stage histograms count each request under the variant that ran it", async () => {
+    await settled('mlp_variants');
+    /** `tensorgate_request_stage_seconds_count` of mlp_variants' total stage, per variant. */
+    const counts = async () => {
+      const text = await (await fetch(`${served.base}/metrics`)).text();
+      const found = new Map<string, number>();
+      for (const [, labels, value] of text.matchAll(/^tensorgate_request_stage_seconds_count\{([^}]*)\} (\S+)$/gm)) {
+        const label = (name: string) => new RegExp(`${name}="([^"]*)"`).exec(labels as string)?.[1];
+        if (label('model') === 'mlp_variants' && label('stage') === 'total')
+          found.set(label('variant') as string, Number(value));
+      }
+      return found;
+    };
+    const before = await counts();
+    for (let i = 0; i < 3; i++) await oipInfer('mlp_variants', { precision: 'int8' });
+    await mcpInfer('mlp_variants', { precision: 'bf16' });
+    for (let i = 0; i < 2; i++) await oipInfer('mlp_variants', {});
+    const after = await counts();
+    const delta = (variant: string) => (after.get(variant) ?? 0) - (before.get(variant) ?? 0);
+    assert.deepEqual(
+      ['torch-int8', 'torch-bf16', 'onnx-fp32', 'torch-fp32'].map(delta),
+      [3, 1, 2, 0],
+      JSON.stringify([...after]),
+    );
+  });
+
   it('a precision or engine the model lacks is refused with the reason, and the rest keeps serving', async () => {
     await settled('mlp_variants');
     const fp16 = await oipInfer('mlp_variants', { precision: 'fp16' });
