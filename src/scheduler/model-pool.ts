@@ -18,10 +18,12 @@ import { Job } from './job.js';
  * With `batching` configured, compatible queued requests are joined into one forward pass (see
  * batch.ts). Every request is answered exactly once: with its result, or with its error, its
  * timeout or its cancellation (job.ts). A crashed instance fails only what it was running (or
- * retries it once, for idempotent models) and is restarted with backoff; one that cannot load
- * again after a few tries is given up, and when no instance is left the pool is failed with the
- * last error instead of looping. A restart killed by SIGKILL does not count as a try: that signal
- * comes from outside (an operator, the OOM killer), not from the model.
+ * retries it once, for idempotent models) and is restarted with backoff. When one cannot load
+ * again after a few tries and no other instance serves, the pool is failed with the last error
+ * instead of looping; while others serve, it keeps being tried, ever more slowly, so the version
+ * gets its capacity back once whatever stopped that instance passes. A restart killed by SIGKILL
+ * does not count as a try: that signal comes from outside (an operator, the OOM killer), not from
+ * the model.
  */
 
 export type PoolState = 'loading' | 'ready' | 'failed' | 'closed';
@@ -53,10 +55,19 @@ interface Slot {
 /** Errors caused by one request's data: a batch that fails with one is retried request by request. */
 // REMOTE_ERROR: a remote endpoint that refuses a batched call may be refusing one request's data.
 const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND', 'REMOTE_ERROR']);
-/** Failed restarts after a crash before an instance that cannot load again is given up. */
+/** Failed restarts after a crash before the pool fails, when no other instance serves. */
 const MAX_RESTART_FAILURES = 3;
 /** The wait before each restart attempt; the last one repeats. */
 const RESTART_BACKOFF_MS = [100, 500, 2000, 5000];
+/** Past MAX_RESTART_FAILURES, with other instances serving: 5 s, doubling up to a minute. */
+const SLOW_RETRY_FIRST_MS = 5000;
+const SLOW_RETRY_MAX_MS = 60_000;
+
+function restartDelay(attempt: number, failures: number): number {
+  if (failures >= MAX_RESTART_FAILURES)
+    return Math.min(SLOW_RETRY_FIRST_MS * 2 ** (failures - MAX_RESTART_FAILURES), SLOW_RETRY_MAX_MS);
+  return RESTART_BACKOFF_MS[Math.min(attempt, RESTART_BACKOFF_MS.length) - 1] as number;
+}
 
 export class ModelPool {
   private readonly slots: Slot[] = [];
@@ -348,25 +359,48 @@ export class ModelPool {
   }
 
   private restartSlot(index: number, attempt: number, failures: number): void {
-    const delay = RESTART_BACKOFF_MS[Math.min(attempt, RESTART_BACKOFF_MS.length) - 1] as number;
-    setTimeout(() => {
-      if (this.stateValue !== 'ready') return;
-      this.startSlot(index)
-        .then(() => this.drain())
-        .catch((restartErr: unknown) => {
-          const error = asTensorgateError(restartErr);
-          const killed = error.data.signal === 'SIGKILL';
-          const failed = killed ? failures : failures + 1;
-          const giveUp = failed >= MAX_RESTART_FAILURES;
-          const outcome = giveUp ? 'giving up on it' : killed ? 'killed from outside; trying again' : 'trying again';
-          this.options.onLog?.(
-            `${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}; ${outcome}`,
-            { level: 'error', model: this.spec.config.name, version: this.spec.version },
-          );
-          if (!giveUp) this.restartSlot(index, attempt + 1, failed);
-          else if (this.slots.every((s) => !s.ready)) this.fail(error);
-        });
-    }, delay);
+    setTimeout(
+      () => {
+        if (this.stateValue !== 'ready') return;
+        this.startSlot(index)
+          .then(() => {
+            if (this.stateValue === 'ready') {
+              if (failures >= MAX_RESTART_FAILURES)
+                this.options.onLog?.(`${this.label} instance ${index} is back after ${attempt} tries`, {
+                  model: this.spec.config.name,
+                  version: this.spec.version,
+                });
+              this.drain();
+            } else {
+              // The pool failed or was unloaded while this worker loaded: it has nothing to serve.
+              void this.slots[index]?.instance.close();
+            }
+          })
+          .catch((restartErr: unknown) => {
+            if (this.stateValue !== 'ready') return;
+            const error = asTensorgateError(restartErr);
+            const killed = error.data.signal === 'SIGKILL';
+            const failed = killed ? failures : failures + 1;
+            const serving = this.slots.filter((s) => s.ready).length;
+            const giveUp = failed >= MAX_RESTART_FAILURES && serving === 0;
+            const next = restartDelay(attempt + 1, failed);
+            const outcome = giveUp
+              ? 'no instance serves, so the version fails'
+              : failed >= MAX_RESTART_FAILURES
+                ? `${serving} of ${this.slots.length} instances serve; trying again in ${next / 1000} s`
+                : killed
+                  ? 'killed from outside; trying again'
+                  : 'trying again';
+            this.options.onLog?.(
+              `${this.label} instance ${index} could not restart (try ${attempt}): ${error.message}; ${outcome}`,
+              { level: 'error', model: this.spec.config.name, version: this.spec.version },
+            );
+            if (giveUp) this.fail(error);
+            else this.restartSlot(index, attempt + 1, failed);
+          });
+      },
+      restartDelay(attempt, failures),
+    );
   }
 
   private fail(error: TensorgateError): void {

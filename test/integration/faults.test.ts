@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { defaultConfig } from '../../src/config.js';
 import { Gateway } from '../../src/gateway.js';
+import { toNumbers } from '../../src/tensor/tensor.js';
 import { ensureTestModels, PYTHON } from '../helpers/models.js';
 import { workerPids } from '../helpers/processes.js';
 
@@ -116,9 +117,12 @@ describe('faults', { timeout: 300_000 }, () => {
     assert.equal(gateway.poolStats('sleepy-idem', '1')?.restarts, 1);
   });
 
-  it('gives up on an instance that cannot load again after a crash: failed, with the last error', async () => {
-    // An eager model whose factory kills the process once a flag file exists.
-    const dir = join(work, 'fragile');
+  /**
+   * An eager model whose factory exits with code 3 while a file named `broken` lies beside it,
+   * noting each such exit in `attempts`: a model that loads, then cannot load again.
+   */
+  function fragileModel(name: string, instances: number): string {
+    const dir = join(work, name);
     mkdirSync(join(dir, '1'), { recursive: true });
     writeFileSync(
       join(dir, '1', 'model.py'),
@@ -131,7 +135,10 @@ describe('faults', { timeout: 300_000 }, () => {
         '        return x + 1',
         '',
         'def build():',
-        '    if os.path.exists(os.path.join(os.path.dirname(__file__), "broken")):',
+        '    here = os.path.dirname(__file__)',
+        '    if os.path.exists(os.path.join(here, "broken")):',
+        '        with open(os.path.join(here, "attempts"), "a") as f:',
+        '            f.write("x")',
         '        os._exit(3)',
         '    return Plus()',
         '',
@@ -141,12 +148,26 @@ describe('faults', { timeout: 300_000 }, () => {
     writeFileSync(
       join(dir, 'config.json'),
       JSON.stringify({
-        name: 'fragile',
+        name,
         inputs: [{ name: 'x', dtype: 'float32', shape: [-1, 4] }],
         outputs: [{ name: 'y', dtype: 'float32', shape: [-1, 4] }],
         versions: { '1': { format: 'eager', entry: 'model:build', file: 'weights.pt' } },
+        resources: { instances },
       }),
     );
+    return dir;
+  }
+
+  async function until(what: string, done: () => boolean, timeoutMs = 30_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!done()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it('gives up on an instance that cannot load again after a crash: failed, with the last error', async () => {
+    const dir = fragileModel('fragile', 1);
     const info = await gateway.register(dir);
     assert.equal(info.versions[0]?.state, 'ready');
     writeFileSync(join(dir, '1', 'broken'), '');
@@ -154,16 +175,43 @@ describe('faults', { timeout: 300_000 }, () => {
     const [victim] = gateway.poolStats('fragile', '1')?.pids ?? [];
     assert.ok(victim);
     process.kill(victim, 'SIGKILL');
-    const deadline = Date.now() + 30_000;
-    while (gateway.modelInfo('fragile').versions[0]?.state !== 'failed' && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await until('fragile failed', () => gateway.modelInfo('fragile').versions[0]?.state === 'failed');
     const version = gateway.modelInfo('fragile').versions[0];
     assert.equal(version?.state, 'failed');
     assert.match(version?.error ?? '', /exited with code 3/);
     await assert.rejects(gateway.infer({ model: 'fragile', inputs: { x } }), /exited with code 3/);
     // Everything else still serves.
     await gateway.infer({ model: 'sleepy-q2', inputs: { x } });
+  });
+
+  it('keeps trying an instance that cannot load while another serves, and gets it back', async () => {
+    const dir = fragileModel('fragile-pair', 2);
+    assert.equal((await gateway.register(dir)).versions[0]?.state, 'ready');
+    const pids = () => gateway.poolStats('fragile-pair', '1')?.pids ?? [];
+    const [victim, survivor] = pids();
+    assert.ok(victim && survivor);
+    writeFileSync(join(dir, '1', 'broken'), '');
+    process.kill(victim, 'SIGKILL');
+    const attempts = () => {
+      try {
+        return readFileSync(join(dir, '1', 'attempts'), 'utf8').length;
+      } catch {
+        return 0;
+      }
+    };
+    // Three failed restarts would fail a version with no other instance; this one still serves.
+    await until('three failed restarts', () => attempts() >= 3);
+    const state = gateway.modelInfo('fragile-pair').versions[0]?.state;
+    assert.equal(state, 'ready');
+    assert.deepEqual(pids(), [survivor]);
+    const answer = await gateway.infer({ model: 'fragile-pair', inputs: { x } });
+    assert.deepEqual([...toNumbers(gateway.store.get(answer.outputs[0]?.uri as string).tensor)], [2, 3, 4, 5]);
+    // Once the instance can load again, its next try brings it back.
+    rmSync(join(dir, '1', 'broken'));
+    await until('both instances serving', () => pids().length === 2);
+    assert.ok(pids().includes(survivor));
+    assert.ok(!pids().includes(victim));
+    assert.equal(gateway.modelInfo('fragile-pair').versions[0]?.state, 'ready');
   });
 });
 
