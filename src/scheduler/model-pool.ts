@@ -359,7 +359,7 @@ export class ModelPool {
   }
 
   private restartSlot(index: number, attempt: number, failures: number): void {
-    setTimeout(
+    const timer = setTimeout(
       () => {
         if (this.stateValue !== 'ready') return;
         this.startSlot(index)
@@ -401,6 +401,8 @@ export class ModelPool {
       },
       restartDelay(attempt, failures),
     );
+    // A wait of up to a minute must not keep alive a process that has nothing else to do.
+    timer.unref();
   }
 
   private fail(error: TensorgateError): void {
