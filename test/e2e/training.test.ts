@@ -12,8 +12,8 @@ import {
   type Trainer,
   type TrainingServer,
   trainingWorkDir,
-  waitFor,
 } from '../helpers/training.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * The training control plane end to end: real PyTorch training processes attached with

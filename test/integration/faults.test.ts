@@ -9,6 +9,7 @@ import { Gateway } from '../../src/gateway.js';
 import { toNumbers } from '../../src/tensor/tensor.js';
 import { ensureTestModels, PYTHON } from '../helpers/models.js';
 import { workerPids } from '../helpers/processes.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * Faults, for real: a full queue, deadlines, cancellation, a worker killed mid-request for an
@@ -158,14 +159,6 @@ describe('faults', { timeout: 300_000 }, () => {
     return dir;
   }
 
-  async function until(what: string, done: () => boolean, timeoutMs = 30_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!done()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-
   it('gives up on an instance that cannot load again after a crash: failed, with the last error', async () => {
     const dir = fragileModel('fragile', 1);
     const info = await gateway.register(dir);
@@ -175,7 +168,9 @@ describe('faults', { timeout: 300_000 }, () => {
     const [victim] = gateway.poolStats('fragile', '1')?.pids ?? [];
     assert.ok(victim);
     process.kill(victim, 'SIGKILL');
-    await until('fragile failed', () => gateway.modelInfo('fragile').versions[0]?.state === 'failed');
+    await waitFor('fragile failed', () =>
+      gateway.modelInfo('fragile').versions[0]?.state === 'failed' ? true : undefined,
+    );
     const version = gateway.modelInfo('fragile').versions[0];
     assert.equal(version?.state, 'failed');
     assert.match(version?.error ?? '', /exited with code 3/);
@@ -200,7 +195,7 @@ describe('faults', { timeout: 300_000 }, () => {
       }
     };
     // Three failed restarts would fail a version with no other instance; this one still serves.
-    await until('three failed restarts', () => attempts() >= 3);
+    await waitFor('three failed restarts', () => (attempts() >= 3 ? true : undefined));
     const state = gateway.modelInfo('fragile-pair').versions[0]?.state;
     assert.equal(state, 'ready');
     assert.deepEqual(pids(), [survivor]);
@@ -208,7 +203,7 @@ describe('faults', { timeout: 300_000 }, () => {
     assert.deepEqual([...toNumbers(gateway.store.get(answer.outputs[0]?.uri as string).tensor)], [2, 3, 4, 5]);
     // Once the instance can load again, its next try brings it back.
     rmSync(join(dir, '1', 'broken'));
-    await until('both instances serving', () => pids().length === 2);
+    await waitFor('both instances serving', () => (pids().length === 2 ? true : undefined));
     assert.ok(pids().includes(survivor));
     assert.ok(!pids().includes(victim));
     assert.equal(gateway.modelInfo('fragile-pair').versions[0]?.state, 'ready');

@@ -7,6 +7,7 @@ import { defaultConfig } from '../../src/config.js';
 import { Gateway } from '../../src/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 import { workerPids } from '../helpers/processes.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * The gateway in-process with real Python workers: crash recovery, failed loads, and cleanup of
@@ -59,7 +60,9 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     // kills would use up the tries of a model that fails to load; a SIGKILL does not count.
     const killed = [first];
     for (let i = 0; i < 3; i++) {
-      const restarting = await waitFor(() => workerPids().find((pid) => !killed.includes(pid)));
+      const restarting = await waitFor('the restarting worker', () =>
+        workerPids().find((pid) => !killed.includes(pid)),
+      );
       process.kill(restarting, 'SIGKILL');
       killed.push(restarting);
     }
@@ -103,7 +106,9 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     const info = await gateway.register(slow);
     assert.equal(info.versions[0]?.state, 'failed');
     assert.match(info.versions[0]?.error ?? '', /did not load within 0\.3 s \(resources\.load_timeout_s\)/);
-    await waitFor(() => (workerPids().every((pid) => before.includes(pid)) ? true : undefined));
+    await waitFor('the stopped worker gone', () =>
+      workerPids().every((pid) => before.includes(pid)) ? true : undefined,
+    );
     const ok = await gateway.infer({ model: 'sleepy', inputs: { x: [[0, 0, 0, 0]] } });
     assert.equal(ok.model, 'sleepy');
   });
@@ -115,13 +120,3 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     assert.deepEqual(workerPids(), []);
   });
 });
-
-async function waitFor<T>(probe: () => T | undefined, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`nothing within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
