@@ -1,30 +1,30 @@
 #!/usr/bin/env bash
-# Sets up a checkout on a fresh Debian 12 machine: PyTorch for the system Python, the Node
-# packages, the compiled CLI, and the demo models. Idempotent: steps already done are skipped.
+# Sets up a checkout on a fresh Debian 12 machine: a current Node when the machine's is older than
+# 22.15, PyTorch 2.x in the project's virtual environment (.tensorgate/venv, pinned by
+# python/requirements.txt), the Node packages, the compiled CLI, and the demo models. Idempotent:
+# steps already done are skipped.
 #   scripts/setup.sh          what serving needs
 #   scripts/setup.sh --test   also what the tests need (pytest, ruff, Chromium, PostgreSQL, the
-#                             third-party MCP checkers, tritonclient in its own venv, Helm and
-#                             hadolint for the deployment files)
+#                             third-party MCP checkers, tritonclient and KServe in venvs of their
+#                             own, the oldest torch tensorgate supports for its Python tests, Helm
+#                             and hadolint for the deployment files)
 #   scripts/setup.sh --bench  also what bench/peers needs (Chromium for its plot, the peers in
 #                             their own venv: bench/peers/setup-peers.sh)
+# TENSORGATE_PYTHON=/path/to/python uses that interpreter (with its own torch >= 2.6) instead of
+# the project's venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 want_test=0
 want_bench=0
 [[ "${1:-}" == "--test" ]] && want_test=1
 [[ "${1:-}" == "--bench" ]] && want_bench=1
-PYTHON="${TENSORGATE_PYTHON:-/usr/bin/python3}"
 step() { printf '\n==> %s\n' "$*"; }
 
 apt_packages=()
-# Debian's python3-torch (1.13, CPU) installs in about 90 s; PyPI's torch wheels pull several GB
-# of CUDA libraries on Linux, and the CPU-only wheels live on an index outside the registries.
-"$PYTHON" -c 'import torch, numpy' 2>/dev/null || apt_packages+=(python3-torch python3-numpy)
-# Workers decrypt models encrypted at rest with AES-GCM from the cryptography package.
-"$PYTHON" -c 'import cryptography' 2>/dev/null || apt_packages+=(python3-cryptography)
+python3 -m venv --help >/dev/null 2>&1 || apt_packages+=(python3-venv)
 if [[ $want_test == 1 ]]; then
-  "$PYTHON" -c 'import pytest' 2>/dev/null || apt_packages+=(python3-pytest)
   # The shared-registry tests start a throwaway PostgreSQL server on loopback.
   compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || apt_packages+=(postgresql)
 fi
@@ -40,7 +40,36 @@ if ((${#apt_packages[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
 fi
-echo "using torch $("$PYTHON" -c 'import torch; print(torch.__version__)') with $("$PYTHON" -V 2>&1) ($PYTHON)"
+
+step "Node"
+use_project_node
+if ! node_is_current; then
+  echo "node $(node --version 2>/dev/null || echo missing) is older than $TG_NODE_MIN: installing Node $TG_NODE_VERSION into .tensorgate/node"
+  # The npm registry's `node` package: the official binary and headers of that release.
+  npm install --prefix .tensorgate/node --no-audit --no-fund --loglevel=error "node@$TG_NODE_VERSION" >/dev/null
+  if ! project_node_dir >/dev/null; then
+    # npm versions that hold back dependencies' install scripts skip the one fetching the binary.
+    (cd .tensorgate/node/node_modules/node && node installArchSpecificPackage.js)
+  fi
+  use_project_node
+  # Packages built by another Node would not load in this one.
+  rm -rf node_modules
+fi
+echo "using node $(node --version) ($(command -v node))"
+
+step "PyTorch"
+if [[ -n ${TENSORGATE_PYTHON:-} ]]; then
+  echo "TENSORGATE_PYTHON is set: the workers run on $TENSORGATE_PYTHON"
+else
+  install_venv "$TG_VENV" python/requirements.txt
+fi
+PYTHON=$(runtime_python)
+"$PYTHON" - <<'PY' || { echo "tensorgate needs torch >= 2.6 in $PYTHON" >&2; exit 1; }
+import platform, sys, torch
+major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+print(f"using torch {torch.__version__} with Python {platform.python_version()} ({sys.executable})")
+sys.exit(0 if (major, minor) >= (2, 6) else 1)
+PY
 
 step "installing Node packages"
 if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
@@ -57,14 +86,18 @@ step "building the shared-memory mmap addon"
 npm run --silent build:native >/dev/null 2>&1 ||
   echo "mmap addon not built (needs g++, make, python3): arenas fall back to fs writes"
 
-if [[ ! -f models/image-classifier/config.json || ! -f models/tabular-classifier/config.json ]]; then
+if [[ ! -f models/image-classifier/config.json || ! -f models/image-classifier/1/model.pt2 ]]; then
   step "building the demo models into models/"
   "$PYTHON" scripts/make_demo_models.py models
 fi
 
 if [[ $want_test == 1 ]]; then
   step "installing test tools"
-  python3 -m ruff --version 2>/dev/null | grep -q "0.17.6" || python3 -m pip install --quiet ruff==0.17.6
+  if ! "$PYTHON" -m pytest --version >/dev/null 2>&1 || ! "$PYTHON" -m ruff --version 2>/dev/null | grep -q 0.17.6; then
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+  fi
+  # The oldest torch tensorgate supports, for the Python tests (another 5 GB, about a minute).
+  install_venv "$TG_VENV-floor" python/requirements-floor.txt
   bash scripts/install-test-tools.sh
   bash scripts/install-python-clients.sh
   # Helm, hadolint and the manifest validator that test/deploy checks the deployment files with.

@@ -31,6 +31,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Progress } from '../../src/cli/progress.js';
 import { defaultConfig } from '../../src/config.js';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { Gateway, type Logger } from '../../src/gateway.js';
 import { cpuSnapshot, foreignLoad, waitForQuiet } from '../mcp-overhead/contention.js';
 import { makeInput } from '../mcp-overhead/inputs.js';
@@ -55,7 +56,7 @@ const { values: opts } = parseArgs({
     'tabular-form': { type: 'string', default: 'array' },
     'image-form': { type: 'string', default: 'path' },
     models: { type: 'string' },
-    python: { type: 'string', default: process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3' },
+    python: { type: 'string', default: pythonExecutable() },
     only: { type: 'string', default: 'tabular,image' },
     out: { type: 'string' },
     'quiet-wait': { type: 'string', default: '60' },

@@ -24,6 +24,7 @@ import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { BaselineProcess, EchoConnection, McpConnection, type Sample } from './clients.js';
 import { cpuSnapshot, foreignLoad, waitForQuiet } from './contention.js';
 import { type CpuProfile, loadProfile, nowUs, SelfProfiler, summarize, type Window } from './cpu-profile.js';
@@ -46,7 +47,7 @@ const { values: opts } = parseArgs({
     warmup: { type: 'string', default: '5' },
     rounds: { type: 'string', default: '5' },
     models: { type: 'string' },
-    python: { type: 'string', default: process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3' },
+    python: { type: 'string', default: pythonExecutable() },
     scenarios: { type: 'string' },
     out: { type: 'string' },
     profile: { type: 'boolean', default: false },

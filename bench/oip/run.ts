@@ -24,6 +24,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Progress } from '../../src/cli/progress.js';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
 import { makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
@@ -32,7 +33,7 @@ import { binaryRequest, jsonRequest, type Prepared, post, sharedMemoryRequests }
 import type { BlockResult, Form, ModelKey, OipResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
+const PYTHON = pythonExecutable();
 const FORMS: Form[] = ['json', 'binary', 'shm'];
 const KSERVE_PYTHON = join(ROOT, '.tensorgate', 'peers', 'bin', 'python');
 

@@ -32,6 +32,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
 import { buildDemoModels, makeVariant } from '../batching/models.js';
 import { BaselineProcess } from '../mcp-overhead/clients.js';
@@ -113,7 +114,7 @@ async function main(): Promise<void> {
   const ctx: Context = {
     root: ROOT,
     work,
-    python: process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3',
+    python: pythonExecutable(),
     peersPython: join(ROOT, '.tensorgate', 'peers', 'bin', 'python'),
     maxConcurrency: Math.max(...levels),
   };

@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, round } from '../mcp-overhead/stats.js';
@@ -65,7 +66,7 @@ const MODELS = [
 async function main(): Promise<void> {
   if (!existsSync(KSERVE_PYTHON)) throw new Error('KServe is missing: run bash scripts/install-python-clients.sh');
   const demo = join(ROOT, 'models');
-  buildDemoModels(ROOT, process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3', demo);
+  buildDemoModels(ROOT, pythonExecutable(), demo);
   const work = mkdtempSync(join(tmpdir(), 'tg-bench-remote-'));
   const servers: ChildProcess[] = [];
   const rows: RemoteRow[] = [];

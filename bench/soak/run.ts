@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels, makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { startTensorgate, stopProcess, waitHealthy } from '../peers/harness.js';
@@ -38,7 +39,7 @@ const { values: opts } = parseArgs({
 async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), 'tg-soak-'));
   const demo = join(ROOT, 'models');
-  buildDemoModels(ROOT, process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3', demo);
+  buildDemoModels(ROOT, pythonExecutable(), demo);
   const variant = makeVariant('tabular', demo, join(work, 'models'), null);
   const configPath = join(variant.dir, 'config.json');
   const config = JSON.parse(readFileSync(configPath, 'utf8'));

@@ -31,11 +31,12 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import type { LoopResult, MicroResult, TrainingResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
+const PYTHON = pythonExecutable();
 const MODES = ['none', 'sdk_idle', 'sdk', 'naive'] as const;
 type Mode = (typeof MODES)[number];
 

@@ -25,6 +25,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, round } from '../mcp-overhead/stats.js';
@@ -32,7 +33,7 @@ import { startTensorgate, stopProcess, waitHealthy } from '../peers/harness.js';
 import type { WorkflowScenario, WorkflowsFile } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
+const PYTHON = pythonExecutable();
 
 const { values: opts } = parseArgs({
   options: {

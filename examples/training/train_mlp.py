@@ -5,7 +5,7 @@ hyperparameters and their allowed ranges, logs loss and accuracy every step, and
 the agent changed between optimizer steps. Start a tensorgate server (any transport) on the same
 machine, then:
 
-    PYTHONPATH=python /usr/bin/python3 examples/training/train_mlp.py --steps 20000
+    PYTHONPATH=python .tensorgate/venv/bin/python examples/training/train_mlp.py --steps 20000
 
 and ask the agent to "list the training runs", "show the loss curve of mlp-demo", "lower the
 learning rate to 0.01", "pause it", "checkpoint and stop it". See README.md, "Steering training".

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 
 /**
  * Test model repository: the demo models (all but the vision pipeline: see
@@ -10,7 +11,7 @@ import { fileURLToPath } from 'node:url';
  */
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-export const PYTHON = process.env.TENSORGATE_PYTHON ?? '/usr/bin/python3';
+export const PYTHON = pythonExecutable();
 export const TEST_MODELS = process.env.TENSORGATE_TEST_MODELS ?? join(ROOT, '.tensorgate', 'test-models');
 
 export function ensureTestModels(): string {

@@ -16,11 +16,18 @@ import { type Hello, HelloSchema, ReplySchema } from './protocol.js';
 /** The folder holding the `tensorgate` Python package (the worker, the exporter). */
 export const PYTHON_PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../python');
 
+/**
+ * The interpreter that runs workers and the exporters: `$TENSORGATE_PYTHON` (a user's own, with
+ * torch), else the checkout's `.tensorgate/venv` (where scripts/setup.sh installs the pinned torch),
+ * else `python3` on PATH.
+ */
 export function pythonExecutable(): string {
   if (process.env.TENSORGATE_PYTHON) return process.env.TENSORGATE_PYTHON;
-  // Debian's python3-torch installs for the system interpreter, which may differ from `python3` on PATH.
-  return existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+  return existsSync(PROJECT_VENV_PYTHON) ? PROJECT_VENV_PYTHON : 'python3';
 }
+
+/** The project's own virtual environment's interpreter (scripts/setup.sh). */
+export const PROJECT_VENV_PYTHON = resolve(PYTHON_PACKAGE_DIR, '../.tensorgate/venv/bin/python');
 
 export interface WorkerOptions {
   arenaIn: string;

@@ -8,9 +8,10 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { arenaPath, InputArena } from '../../../src/engines/torch/arena.js';
 import { mapFile, shmMapAvailable, shmMapUnavailableReason } from '../../../src/engines/torch/shm-map.js';
+import { pythonExecutable } from '../../../src/engines/torch/worker-process.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
-const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+const PYTHON = pythonExecutable();
 // The mapped path needs the addon (node-gyp rebuild); without it only the fallback is tested.
 const noAddon = shmMapAvailable() ? false : `mmap addon unavailable: ${shmMapUnavailableReason()}`;
 

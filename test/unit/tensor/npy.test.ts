@@ -216,7 +216,7 @@ out = {}
 for name in sys.argv[1:]:
   with open(name + '.npy', 'rb') as f:
     version = np.lib.format.read_magic(f)
-    np.lib.format._read_array_header(f, version)
+    (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
     offset = f.tell()
   a = np.load(name + '.npy', allow_pickle=False)
   out[name] = {'dtype': str(a.dtype), 'shape': list(a.shape), 'values': a.tolist(), 'offset': offset}

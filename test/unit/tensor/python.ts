@@ -1,11 +1,12 @@
-/** Real numpy / torch from Debian's /usr/bin/python3, for interop tests; each probe runs once, on first use. */
+/** Real numpy / torch from the interpreter workers run (the project venv), for interop tests; each probe runs once, on first use. */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pythonExecutable } from '../../../src/engines/torch/worker-process.js';
 
-export const PYTHON = '/usr/bin/python3';
+export const PYTHON = pythonExecutable();
 
 function probe(module: string): string | undefined {
   const r = spawnSync(PYTHON, ['-c', `import ${module}`], { encoding: 'utf8' });
@@ -17,13 +18,17 @@ function probe(module: string): string | undefined {
 /** Why numpy tests are skipped, or false when numpy is there. */
 export function numpySkip(): string | false {
   const why = probe('numpy');
-  return why === undefined ? false : `skipped: ${why}; install python3-numpy to run the numpy interop tests`;
+  return why === undefined
+    ? false
+    : `skipped: ${why}; run scripts/setup.sh (the project venv has numpy) to run the numpy interop tests`;
 }
 
 /** Why torch tests are skipped, or false when torch is there. */
 export function torchSkip(): string | false {
   const why = probe('torch');
-  return why === undefined ? false : `skipped: ${why}; install python3-torch to cross-check bfloat16 with torch`;
+  return why === undefined
+    ? false
+    : `skipped: ${why}; run scripts/setup.sh (the project venv has torch) to cross-check bfloat16 with torch`;
 }
 
 /** Why tests against the reference safetensors package are skipped, or false when it is importable. */
