@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,12 @@ from typing import Any
 import torch
 
 CODE_DIR = Path(__file__).resolve().parent / "model_code"
+
+# The tensorgate package exports models the way `tensorgate export` does (one batch Dim, ...).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+from tensorgate._dtypes import to_torch  # noqa: E402
+from tensorgate._export import export_module, onnx_export  # noqa: E402
+from tensorgate._loader import TensorSpec  # noqa: E402
 
 
 def stable_hashing() -> None:
@@ -57,8 +64,31 @@ def install_code(code_name: str, version_dir: Path) -> ModuleType:
 
 
 def save_torchscript(module: torch.nn.Module, path: Path) -> None:
+    """TorchScript, which torch 2.x deprecates: kept for the fixtures that test such files."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.jit.script(module.eval()).save(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.script(module.eval()).save(str(path))
+
+
+def _specs(specs: list[dict[str, Any]]) -> list[TensorSpec]:
+    return [TensorSpec(s["name"], to_torch(s["dtype"]), s["shape"]) for s in specs]
+
+
+def save_export(module: torch.nn.Module, path: Path, inputs: list[dict[str, Any]]) -> None:
+    """A ``torch.export`` program (``.pt2``) of the module in eval mode; every ``-1`` of the
+    input specs is a dynamic dimension (the first one shared by all inputs: the batch)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(export_module(module.eval(), _specs(inputs)), str(path))
+
+
+def save_onnx(
+    module: torch.nn.Module, path: Path, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]
+) -> None:
+    """The module as ONNX, traced the way ``tensorgate export-onnx`` does it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    program = export_module(module.eval(), _specs(inputs), ordered=_specs(outputs))
+    onnx_export(program, str(path), [s["name"] for s in inputs], [s["name"] for s in outputs])
 
 
 def save_state_dict(module: torch.nn.Module, path: Path) -> None:
@@ -71,10 +101,11 @@ def spec(name: str, dtype: str, shape: list[int], **extra: Any) -> dict[str, Any
 
 
 TORCHSCRIPT = {"format": "torchscript", "file": "model.pt"}
+EXPORT = {"format": "export", "file": "model.pt2"}
 
 
 def small_config(
-    name: str, description: str, inputs: list, outputs: list, version: dict[str, Any] = TORCHSCRIPT
+    name: str, description: str, inputs: list, outputs: list, version: dict[str, Any] = EXPORT
 ) -> dict[str, Any]:
     """The config of a small one-version CPU model: fp32, one thread, one instance."""
     return {

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Builds the demo model repository: ``/usr/bin/python3 scripts/make_demo_models.py [OUT_DIR]``.
+"""Builds the demo model repository: ``scripts/make_demo_models.py [OUT_DIR]``, run by the
+runtime's Python (``.tensorgate/venv/bin/python``).
 
 - ``tabular-classifier``: a small MLP trained for a few seconds on synthetic, separable,
-  iris-like data (4 features -> 3 classes); TorchScript, version 1.
+  iris-like data (4 features -> 3 classes); version 1 a ``torch.export`` program (``.pt2``),
+  version 2 the same weights as eager code (``model.py`` + ``weights.pt``).
 - ``image-classifier``: a ResNet-18-shaped network (3x224x224 -> 10 CIFAR-10 classes) with
-  seeded random weights; version 1 TorchScript, version 2 eager (``model.py`` + ``weights.pt``).
+  seeded random weights; version 1 a ``torch.export`` program, version 2 eager (``model.py`` +
+  ``weights.pt``).
 - the vision pipeline: ``image-preprocess`` (uint8 HWC pixels -> normalised CHW floats),
   ``object-detector`` (bright regions on a 7x7 grid: scores and boxes), ``detection-fusion``
   (class probabilities weighted by detection confidence) and the workflow ``vision-pipeline``
@@ -27,8 +30,8 @@ from torch import nn
 from _model_repo import (
     CODE_DIR,
     install_code,
+    save_export,
     save_state_dict,
-    save_torchscript,
     small_config,
     spec,
     stable_hashing,
@@ -40,22 +43,6 @@ IRIS_LABELS = ["setosa", "versicolor", "virginica"]
 CIFAR10_LABELS = [
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
 ]  # fmt: skip
-
-
-class TabularClassifier(nn.Module):
-    """Standardises raw features inside the model, so callers send measurements as they are."""
-
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("mean", mean)
-        self.register_buffer("std", std)
-        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
-
-    def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self.net((features - self.mean) / self.std)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.logits(features), dim=-1)
 
 
 def synthetic_flowers(n_per_class: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,8 +61,10 @@ def build_tabular(out: Path) -> None:
     perm = torch.randperm(len(y), generator=gen)
     x, y = x[perm], y[perm]
     x_train, y_train, x_test, y_test = x[:600], y[:600], x[600:], y[600:]
+    root = out / "tabular-classifier"
+    code = install_code("tabular", root / "2")
     torch.manual_seed(SEED)
-    model = TabularClassifier(x_train.mean(0), x_train.std(0))
+    model = code.TabularClassifier(x_train.mean(0), x_train.std(0))
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
     for _ in range(200):
         opt.zero_grad()
@@ -85,8 +74,9 @@ def build_tabular(out: Path) -> None:
         accuracy = (model(x_test).argmax(-1) == y_test).float().mean().item()
     print(f"tabular-classifier: held-out accuracy {accuracy:.3f} on {len(y_test)} samples")
 
-    root = out / "tabular-classifier"
-    save_torchscript(model, root / "1" / "model.pt")
+    features = spec("features", "float32", [-1, 4])
+    save_export(model, root / "1" / "model.pt2", [features])
+    save_state_dict(model, root / "2" / "weights.pt")
     write_config(
         root,
         {
@@ -96,11 +86,14 @@ def build_tabular(out: Path) -> None:
             "iris-like data.",
             "engine": "torch",
             "default_version": "1",
-            "inputs": [spec("features", "float32", [-1, 4])],
+            "inputs": [features],
             "outputs": [spec("probabilities", "float32", [-1, 3], labels=IRIS_LABELS)],
             "parameters": {"precision": ["fp32"]},
             "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
-            "versions": {"1": {"format": "torchscript", "file": "model.pt"}},
+            "versions": {
+                "1": {"format": "export", "file": "model.pt2"},
+                "2": {"format": "eager", "entry": "model:build", "file": "weights.pt"},
+            },
         },
     )
 
@@ -126,7 +119,8 @@ def build_image(out: Path) -> None:
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.momentum = 0.1  # back to the default, so the saved module is an ordinary one
-    save_torchscript(model, root / "1" / "model.pt")
+    image = spec("image", "float32", [-1, 3, 224, 224])
+    save_export(model, root / "1" / "model.pt2", [image])
     save_state_dict(model, root / "2" / "weights.pt")
     write_config(
         root,
@@ -136,12 +130,12 @@ def build_image(out: Path) -> None:
             "classes. Demo weights are random (seeded): the predictions are meaningless.",
             "engine": "torch",
             "default_version": "1",
-            "inputs": [spec("image", "float32", [-1, 3, 224, 224])],
+            "inputs": [image],
             "outputs": [spec("logits", "float32", [-1, 10], labels=CIFAR10_LABELS)],
             "parameters": {"precision": ["fp32", "bf16"]},
             "resources": {"device": "cpu", "threads": 2, "memory_mb": 512, "instances": 1},
             "versions": {
-                "1": {"format": "torchscript", "file": "model.pt"},
+                "1": {"format": "export", "file": "model.pt2"},
                 "2": {"format": "eager", "entry": "model:build", "file": "weights.pt"},
             },
         },
@@ -203,9 +197,7 @@ class BrightRegionDetector(nn.Module):
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         brightness = (image * self.std + self.mean).mean(dim=1, keepdim=True)  # back to [0, 1]
-        cells = nn.functional.adaptive_avg_pool2d(brightness, 7).flatten(
-            1
-        )  # GRID (TorchScript takes literals)
+        cells = nn.functional.adaptive_avg_pool2d(brightness, GRID).flatten(1)
         contrast = cells - brightness.mean(dim=(1, 2, 3)).unsqueeze(1)
         scores = torch.sigmoid(12.0 * contrast - 2.0)
         boxes = self.cells.unsqueeze(0).expand(image.shape[0], -1, -1)
@@ -257,7 +249,7 @@ def build_pipeline(out: Path) -> None:
         ),
     ]
     for name, module, description, inputs, outputs in parts:
-        save_torchscript(module, out / name / "1" / "model.pt")
+        save_export(module, out / name / "1" / "model.pt2", inputs)
         write_config(out / name, small_config(name, description, inputs, outputs))
     workflow = out / "vision-pipeline"
     workflow.mkdir(parents=True, exist_ok=True)

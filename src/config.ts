@@ -42,6 +42,8 @@ export interface GatewayConfig {
   auditLogPath: string;
   /** Custom roles for RBAC (JSON); the built-in admin, inference and monitor always exist. */
   rolesFile?: string;
+  /** Where compiled variants (AOTInductor packages) are kept, so that a restart does not compile again. */
+  cacheDir: string;
 }
 
 /** The runs directory trainers and servers agree on unless told otherwise (tensorgate.train uses the same rule). */
@@ -67,5 +69,6 @@ export function defaultConfig(cwd = process.cwd()): GatewayConfig {
     maxHttpBodyBytes: 64 * 1024 * 1024,
     runsDir: defaultRunsDir(),
     auditLogPath: resolve(cwd, '.tensorgate', 'audit.jsonl'),
+    cacheDir: process.env.TENSORGATE_CACHE_DIR || resolve(cwd, '.tensorgate', 'cache'),
   };
 }

@@ -55,11 +55,12 @@ export const ERROR_CODES = {
   LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },
   EXPORT_FAILED: {
     status: 422,
-    summary: 'torch.onnx.export could not export the model (an operator ONNX lacks, control flow it cannot trace).',
+    summary:
+      'The model could not be exported: torch.export or torch.onnx.export could not trace it (data-dependent control flow, an operator ONNX lacks), or AOTInductor could not compile it.',
   },
   EXPORT_MISMATCH: {
     status: 422,
-    summary: "An exported model's outputs differ from PyTorch's on the same inputs by more than the tolerance.",
+    summary: "An exported model's answers differ from the original's on the same inputs by more than the tolerance.",
   },
   INFERENCE_FAILED: { status: 500, summary: 'The model raised an error during the forward pass.' },
   WORKER_CRASHED: { status: 503, summary: 'The worker process serving the model exited; it is restarted.' },

@@ -195,7 +195,7 @@ export class Gateway {
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.models = new ModelManager({
       engines: new Map<string, Engine>([
-        ['torch', new TorchEngine({ onLog: log })],
+        ['torch', new TorchEngine({ onLog: log, cacheDir: config.cacheDir })],
         ['onnx', new OnnxEngine()],
         ['remote', new RemoteEngine()],
       ]),

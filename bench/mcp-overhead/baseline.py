@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Baseline for bench/mcp-overhead: the raw forward pass inside one Python process.
 
-Loads the same TorchScript file the server serves, with the thread count of the model config's
-``resources.threads`` (and one inter-op thread, as the worker uses), warms it up, then times
+Loads the same model file the server serves, by plain PyTorch (bench/model_file.py), with the
+thread count of the model config's ``resources.threads`` (and one inter-op thread, as the worker
+uses), warms it up, then times
 ``model(x)`` under ``torch.inference_mode()`` on the input read from a ``.npy`` file. Nothing else
 is timed: no copy, no conversion, no I/O.
 
 Standalone (prints one JSON object)::
 
-    /usr/bin/python3 bench/mcp-overhead/baseline.py --model-dir models/image-classifier \
+    .tensorgate/venv/bin/python bench/mcp-overhead/baseline.py --model-dir models/image-classifier \
         --input /tmp/x.npy --iterations 100
 
 With ``--serve`` it loads and warms up once, prints ``{"ready": ...}``, then for every line ``N``
@@ -31,21 +32,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_file import load_version  # noqa: E402
+
 
 def load(model_dir: Path, version: str | None) -> tuple[torch.nn.Module, dict]:
     config = json.loads((model_dir / "config.json").read_text())
     version = version or str(config.get("default_version") or max(config["versions"], key=int))
     entry = config["versions"][version]
-    if entry["format"] != "torchscript":
-        raise SystemExit(
-            f"version {version} is {entry['format']}; the baseline loads TorchScript only"
-        )
+    if entry["format"] not in ("export", "aoti", "torchscript"):
+        raise SystemExit(f"version {version} is {entry['format']}; the baseline loads model files")
     threads = int(config.get("resources", {}).get("threads", 1))
     torch.set_num_threads(max(1, threads))
     with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
-    model = torch.jit.load(str(model_dir / version / entry["file"]), map_location="cpu")
-    model.eval()
+    model, _ = load_version(model_dir, version)
     return model, {"version": version, "threads": torch.get_num_threads(), "file": entry["file"]}
 
 

@@ -1,7 +1,8 @@
-"""The KServe model server (PyPI `kserve`) serving one of the demo TorchScript models over OIP v2,
-for bench/oip to compare with tensorgate: the model loaded once, `torch.inference_mode()`, the
-config's thread count, binary tensor data out when asked. Runs in the venv that
-bench/peers/setup-peers.sh makes (kserve plus Debian's torch).
+"""The KServe model server (PyPI `kserve`) serving one of the demo models over OIP v2, for
+bench/oip and bench/remote to compare with tensorgate and for the remote engine's tests: the model
+file loaded once by plain PyTorch (bench/model_file.py), `torch.inference_mode()`, the config's
+thread count, binary tensor data out when asked. Runs in a venv with kserve over tensorgate's
+runtime torch (.tensorgate/kserve or .tensorgate/peers).
 
   python kserve_server.py --model-dir models/tabular-classifier --port 8090
 """
@@ -17,18 +18,21 @@ from pathlib import Path
 import torch
 from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_file import load_version  # noqa: E402
 
-class TorchScriptModel(Model):
+
+class TorchModel(Model):
     def __init__(self, model_dir: Path, version: str) -> None:
         self.config = json.loads((model_dir / "config.json").read_text())
         super().__init__(self.config["name"])
-        self.file = model_dir / version / self.config["versions"][version]["file"]
+        self.model_dir, self.version = model_dir, version
         self.output = self.config["outputs"][0]["name"]
         self.threads = int(self.config.get("resources", {}).get("threads", 1))
 
     def load(self) -> bool:
         torch.set_num_threads(self.threads)
-        self.model = torch.jit.load(str(self.file)).eval()
+        self.model, _ = load_version(self.model_dir, self.version)
         self.ready = True
         return True
 
@@ -52,7 +56,7 @@ def main() -> None:
     parser.add_argument("--model-version", default="1")
     parser.add_argument("--port", type=int, required=True)
     args, _ = parser.parse_known_args()
-    model = TorchScriptModel(args.model_dir, args.model_version)
+    model = TorchModel(args.model_dir, args.model_version)
     model.load()
     sys.argv = sys.argv[:1]  # kserve parses the command line too
     ModelServer(http_port=args.port, enable_grpc=False, workers=1).start([model])

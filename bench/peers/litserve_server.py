@@ -1,4 +1,4 @@
-"""LitServe serving the same TorchScript model with its dynamic batching: JSON in, JSON out.
+"""LitServe serving the same model file with its dynamic batching: JSON in, JSON out.
 
     .tensorgate/peers/bin/python bench/peers/litserve_server.py \\
         --model-dir models/tabular-classifier --port 9102 \\
@@ -13,12 +13,15 @@ No ``from __future__ import annotations`` here: LitServe's MCP bridge inspects t
 """
 
 import argparse
-import json
+import sys
 from pathlib import Path
 
 import litserve as ls
 import torch
 from litserve.mcp import MCP
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_file import load_version  # noqa: E402
 
 MCP_INPUT_SCHEMA = {
     "type": "object",
@@ -33,7 +36,7 @@ MCP_INPUT_SCHEMA = {
 }
 
 
-class TorchScriptAPI(ls.LitAPI):
+class TorchAPI(ls.LitAPI):
     def __init__(self, model_dir: Path, max_batch_size: int, batch_timeout: float) -> None:
         super().__init__(
             max_batch_size=max_batch_size,
@@ -47,11 +50,9 @@ class TorchScriptAPI(ls.LitAPI):
         self.model_dir = model_dir
 
     def setup(self, device: str) -> None:
-        config = json.loads((self.model_dir / "config.json").read_text())
+        self.model, config = load_version(self.model_dir, "1")
         torch.set_num_threads(config.get("resources", {}).get("threads", 1))
         torch.set_num_interop_threads(1)
-        file = self.model_dir / "1" / config["versions"]["1"]["file"]
-        self.model = torch.jit.load(str(file), map_location="cpu").eval()
 
     def decode_request(self, request: dict) -> torch.Tensor:
         return torch.tensor(request["inputs"], dtype=torch.float32)
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--batch-timeout", type=float, default=0.0005)
     args = parser.parse_args()
-    api = TorchScriptAPI(args.model_dir, args.max_batch_size, args.batch_timeout)
+    api = TorchAPI(args.model_dir, args.max_batch_size, args.batch_timeout)
     server = ls.LitServer(api, accelerator="cpu", workers_per_device=1, timeout=60)
     server.run(host="127.0.0.1", port=args.port, generate_client_file=False)
 

@@ -1,5 +1,5 @@
 """The setup from the user report, made fair: an MCP server on the official Python SDK (FastMCP)
-whose tool takes the tensor as a JSON list and returns the output as one. The TorchScript model is
+whose tool takes the tensor as a JSON list and returns the output as one. The model file is
 loaded once at start, with the thread count tensorgate's worker uses, under ``inference_mode``.
 
     .tensorgate/peers/bin/python bench/peers/mcp_list_server.py \\
@@ -14,18 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from mcp.server.fastmcp import FastMCP
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_file import load_version  # noqa: E402
 
-def load(model_dir: Path) -> tuple[torch.jit.ScriptModule, dict]:
-    config = json.loads((model_dir / "config.json").read_text())
-    version = config["versions"]["1"]
+
+def load(model_dir: Path) -> tuple[Callable[..., Any], dict]:
+    model, config = load_version(model_dir, "1")
     torch.set_num_threads(config.get("resources", {}).get("threads", 1))
     torch.set_num_interop_threads(1)
-    model = torch.jit.load(str(model_dir / "1" / version["file"]), map_location="cpu").eval()
     return model, config
 
 

@@ -1,4 +1,4 @@
-"""Ray Serve serving the same TorchScript model with ``@serve.batch``: JSON in, JSON out.
+"""Ray Serve serving the same model file with ``@serve.batch``: JSON in, JSON out.
 
     .tensorgate/peers/bin/python bench/peers/ray_server.py \\
         --model-dir models/tabular-classifier --port 9104 \\
@@ -13,7 +13,7 @@ a batch at 5 requests), ``inference_mode``. Prints ``ready`` once the applicatio
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import threading
 from pathlib import Path
 
@@ -22,15 +22,15 @@ import torch
 from ray import serve
 from starlette.requests import Request
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_file import load_version  # noqa: E402
+
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
-class TorchScriptModel:
+class TorchModel:
     def __init__(self, model_dir: str, max_batch_size: int, batch_timeout: float) -> None:
-        directory = Path(model_dir)
-        config = json.loads((directory / "config.json").read_text())
+        self.model, config = load_version(Path(model_dir), "1")
         torch.set_num_threads(config.get("resources", {}).get("threads", 1))
-        file = directory / "1" / config["versions"]["1"]["file"]
-        self.model = torch.jit.load(str(file), map_location="cpu").eval()
         self.predict.set_max_batch_size(max_batch_size)
         self.predict.set_batch_wait_timeout_s(batch_timeout)
 
@@ -57,7 +57,7 @@ def main() -> None:
 
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
-    app = TorchScriptModel.options(max_ongoing_requests=args.max_batch_size).bind(
+    app = TorchModel.options(max_ongoing_requests=args.max_batch_size).bind(
         str(args.model_dir.resolve()), args.max_batch_size, args.batch_timeout
     )
     serve.run(app, route_prefix="/predict", blocking=False)

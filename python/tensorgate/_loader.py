@@ -1,9 +1,17 @@
 """Loading one model version: parse the ``load`` request, pick the device, build the module.
 
-Three formats (docs/model-repository.md): TorchScript (``torch.jit.load``), ``torch.export``
-programs (only where the installed torch has ``torch.export.load``) and eager ``module:factory``
-code plus a state_dict read with ``weights_only=True`` so a weights file cannot run code. A file
-encrypted at rest (``_sealed.py``) is decrypted into memory first.
+Four formats (docs/model-repository.md):
+
+- ``export``: a ``torch.export`` program (``.pt2``), run as it was exported. Its dynamic
+  dimensions (the ``Dim`` s declared at export) are checked against the config's ``-1`` s here, so a
+  program traced with a fixed batch is refused at load, not by the first batch of two.
+- ``aoti``: an AOTInductor package (``.pt2`` from ``aoti_compile_and_package``): compiled code
+  for one device kind, loaded with ``aoti_load_package``.
+- ``eager``: ``module:factory`` code plus a state_dict read with ``weights_only=True``, so a
+  weights file cannot run code.
+- ``torchscript``: ``torch.jit.load``, deprecated by torch 2.x but kept for users' files.
+
+A file encrypted at rest (``_sealed.py``) is decrypted into memory first.
 """
 
 from __future__ import annotations
@@ -11,15 +19,19 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
+import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ._dtypes import to_torch
 from ._errors import BAD_PARAMETER, LOAD_FAILED, UNSUPPORTED_FORMAT, WorkerError
-from ._sealed import open_model_file
+from ._sealed import is_sealed, open_model_file
+
+FORMATS = ("torchscript", "export", "aoti", "eager")
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,7 @@ class TensorSpec:
     name: str
     dtype: torch.dtype
     shape: list[int]
+    labels: bool = False  # whether the config names the classes of the last dimension
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,10 @@ class ModelSpec:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     warmup_runs: int
+    #: Rows the gateway may put in one forward pass (batching.max_batch_size, else 1).
+    max_batch_size: int = 1
+    #: Batch sizes worth warming up compiled variants for (batching.preferred_batch_sizes).
+    preferred_batch_sizes: list[int] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, raw: object) -> ModelSpec:
@@ -62,29 +79,53 @@ class ModelSpec:
                 inputs=[_tensor_spec(s) for s in raw["inputs"]],
                 outputs=[_tensor_spec(s) for s in raw["outputs"]],
                 warmup_runs=int(raw.get("warmup_runs", 0)),
+                max_batch_size=max(1, int(raw.get("max_batch_size", 1))),
+                preferred_batch_sizes=[int(n) for n in raw.get("preferred_batch_sizes") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WorkerError(BAD_PARAMETER, f"malformed load request: {exc!r}") from exc
 
+    @property
+    def batched(self) -> bool:
+        """Whether every input's first dimension is dynamic (the gateway batches along it)."""
+        return all(s.shape[:1] == [-1] for s in self.inputs)
+
 
 def _tensor_spec(raw: dict[str, Any]) -> TensorSpec:
-    return TensorSpec(str(raw["name"]), to_torch(raw["dtype"]), [int(d) for d in raw["shape"]])
+    return TensorSpec(
+        str(raw["name"]),
+        to_torch(raw["dtype"]),
+        [int(d) for d in raw["shape"]],
+        bool(raw.get("labels")),
+    )
 
 
-def _torch_export() -> Any:
-    """The ``torch.export`` module if it can load programs (torch >= 2.1), else None."""
-    try:
-        export = importlib.import_module("torch.export")  # absent in torch 1.13
-    except ImportError:
-        return None
-    return export if hasattr(export, "load") else None
+@dataclass
+class LoadedModel:
+    """A model ready to run, and what variants can be built from."""
+
+    module: Callable[..., Any]
+    device: torch.device
+    #: The ``torch.export`` program, for export-format models: AOTInductor compiles from it.
+    program: Any = None
+    #: Bytes of weights it holds, for memory accounting.
+    weights_bytes: int = 0
 
 
 def supported_formats() -> list[str]:
     """The formats this torch can load, as announced in ``hello``."""
-    if _torch_export() is None:
-        return ["torchscript", "eager"]
-    return ["torchscript", "export", "eager"]
+    formats = ["torchscript", "export", "eager"]
+    if _aoti_loader() is not None:
+        formats.insert(2, "aoti")
+    return formats
+
+
+def _aoti_loader() -> Callable[..., Any] | None:
+    try:
+        from torch._inductor import aoti_load_package
+    except ImportError:
+        return None
+    return aoti_load_package
 
 
 def resolve_device(name: str) -> torch.device:
@@ -135,7 +176,27 @@ def import_entry(entry: str, code_dir: str) -> Callable[[], Any]:
     return factory
 
 
-def _load_eager(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
+def module_weights_bytes(model: object) -> int:
+    """Bytes held by a module's parameters and buffers (shared tensors counted once)."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _as_loaded(model: torch.nn.Module, device: torch.device) -> LoadedModel:
+    model.eval()
+    return LoadedModel(model, device, weights_bytes=module_weights_bytes(model))
+
+
+def _load_eager(spec: ModelSpec, device: torch.device) -> LoadedModel:
     if not spec.entry:
         raise WorkerError(LOAD_FAILED, "eager models need an 'entry' such as 'model:build'")
     model = import_entry(spec.entry, spec.code_dir)()
@@ -145,33 +206,166 @@ def _load_eager(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
         )
     state = torch.load(open_model_file(spec.file), map_location="cpu", weights_only=True)
     model.load_state_dict(state)
-    return model.to(device)
+    return _as_loaded(model.to(device), device)
 
 
-def _load_torchscript(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
-    return torch.jit.load(open_model_file(spec.file), map_location=device)
+def _load_torchscript(spec: ModelSpec, device: torch.device) -> LoadedModel:
+    with warnings.catch_warnings():
+        # torch 2.x says on every load that TorchScript is deprecated; docs/model-repository.md
+        # says it once, with the way out (tensorgate export).
+        warnings.filterwarnings(
+            "ignore", message=r".*torch\.jit\..* is deprecated", category=FutureWarning
+        )
+        return _as_loaded(torch.jit.load(open_model_file(spec.file), map_location=device), device)
 
 
-def _load_export(spec: ModelSpec, device: torch.device) -> torch.nn.Module:
-    program = _torch_export().load(open_model_file(spec.file))
-    return program.module().to(device)
+def _load_export(spec: ModelSpec, device: torch.device) -> LoadedModel:
+    program = torch.export.load(open_model_file(spec.file))
+    check_program(program, spec)
+    if device.type != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    # No .eval(): an exported program runs as it was traced (export in eval mode), and its
+    # module refuses train/eval switches.
+    module = program.module()
+    return LoadedModel(module, device, program, module_weights_bytes(module))
 
 
-_LOADERS = {"torchscript": _load_torchscript, "export": _load_export, "eager": _load_eager}
+def load_aoti_package(source: Any, device: torch.device) -> Callable[..., Any]:
+    """An AOTInductor package (a path or the bytes of one) loaded for ``device``."""
+    load = _aoti_loader()
+    assert load is not None  # supported_formats() said so
+    index = device.index or 0
+    return load(source, device_index=index) if device.type == "cuda" else load(source)
 
 
-def _to_eval(model: torch.nn.Module) -> None:
+def _load_aoti(spec: ModelSpec, device: torch.device) -> LoadedModel:
+    model = load_aoti_package(open_model_file(spec.file), device)
+    compiled_for = model.get_metadata().get("AOTI_DEVICE_KEY", "")
+    if compiled_for and compiled_for != device.type:
+        raise WorkerError(
+            LOAD_FAILED,
+            f"{os.path.basename(spec.file)} is an AOTInductor package compiled for "
+            f"{compiled_for}, and the config's device is {device.type}: compile one for "
+            f"{device.type} (tensorgate export --format aoti --device {device.type})",
+        )
+    return LoadedModel(model, device, weights_bytes=os.path.getsize(spec.file))
+
+
+_LOADERS: dict[str, Callable[[ModelSpec, torch.device], LoadedModel]] = {
+    "torchscript": _load_torchscript,
+    "export": _load_export,
+    "aoti": _load_aoti,
+    "eager": _load_eager,
+}
+
+
+def pt2_kind(path: str) -> str | None:
+    """``export`` or ``aoti`` for a ``.pt2`` archive (read from its entries), else None."""
+    if is_sealed(path) or not zipfile.is_zipfile(path):
+        return None
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    # Archive layouts differ across torch releases (2.6 has no top folder); the entries do not.
+    if any("data/aotinductor/" in n for n in names):
+        return "aoti"
+    exported = ("models/model.json", "serialized_exported_program.json")
+    if any(n == e or n.endswith("/" + e) for n in names for e in exported):
+        return "export"
+    return None
+
+
+def program_dims(program: Any) -> list[list[tuple[int, int | None] | int]]:
+    """Each user input's dimensions: an int when fixed, ``(min, max)`` when dynamic."""
+    ranges = program.range_constraints
+    user_inputs = set(program.graph_signature.user_inputs)
+    dims: list[list[tuple[int, int | None] | int]] = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        value = node.meta.get("val")
+        shape: list[tuple[int, int | None] | int] = []
+        for size in getattr(value, "shape", ()):
+            if isinstance(size, int):
+                shape.append(size)
+                continue
+            bounds = ranges.get(size.node.expr)
+            lower = _finite(bounds.lower) if bounds is not None else None
+            upper = _finite(bounds.upper) if bounds is not None else None
+            shape.append((lower or 0, upper))
+        dims.append(shape)
+    return dims
+
+
+def _finite(bound: Any) -> int | None:
+    """A range bound as an int; None for torch's symbolic infinity."""
     try:
-        model.eval()
-    except NotImplementedError:
-        # Some torch 2.x releases refuse .eval() on exported modules; they offer this instead.
-        from torch.ao.quantization import move_exported_model_to_eval
-
-        move_exported_model_to_eval(model)
+        return int(bound) if bool(bound.is_finite) else None
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
 
 
-def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, torch.device]:
-    """The model in eval mode on its device; UNSUPPORTED_FORMAT or LOAD_FAILED otherwise."""
+def check_program(program: Any, spec: ModelSpec) -> None:
+    """LOAD_FAILED when the program's inputs cannot take what the config says it may be sent."""
+    dims = program_dims(program)
+    if len(dims) != len(spec.inputs):
+        raise WorkerError(
+            LOAD_FAILED,
+            f"the exported program takes {len(dims)} inputs and the config declares "
+            f"{len(spec.inputs)}",
+        )
+    for tensor, shape in zip(spec.inputs, dims):
+        if len(shape) != len(tensor.shape):
+            raise WorkerError(
+                LOAD_FAILED,
+                f'input "{tensor.name}" has {len(shape)} dimensions in the exported program and '
+                f"{len(tensor.shape)} in the config",
+            )
+        for axis, (declared, traced) in enumerate(zip(tensor.shape, shape)):
+            where = f'input "{tensor.name}" dimension {axis}'
+            if isinstance(traced, int):
+                if declared == -1:
+                    raise WorkerError(
+                        LOAD_FAILED,
+                        f"{where} is fixed at {traced} in the exported program but the config "
+                        f"declares it dynamic (-1): export with dynamic_shapes naming a Dim for "
+                        f"it (tensorgate export does), or declare {traced}",
+                    )
+                if declared != traced:
+                    raise WorkerError(
+                        LOAD_FAILED,
+                        f"{where} is {traced} in the exported program and {declared} in the config",
+                    )
+                continue
+            lower, upper = traced
+            rows = spec.max_batch_size if axis == 0 and declared == -1 else max(declared, 1)
+            if upper is not None and rows > upper:
+                raise WorkerError(
+                    LOAD_FAILED,
+                    f"{where} may be at most {upper} in the exported program, but "
+                    + (
+                        f"batching may send {rows} rows: lower batching.max_batch_size or "
+                        "export with a larger Dim max"
+                        if axis == 0 and declared == -1
+                        else f"the config declares {declared}"
+                    ),
+                )
+            if declared == -1 and lower > 1:
+                raise WorkerError(
+                    LOAD_FAILED,
+                    f"{where} is at least {lower} in the exported program, so a request of one row "
+                    "fails: export with Dim(..., min=1) (tensorgate export does)",
+                )
+            if declared != -1 and declared < lower:
+                raise WorkerError(
+                    LOAD_FAILED,
+                    f"{where} is at least {lower} in the exported program, not {declared}",
+                )
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """The model ready to run on its device; UNSUPPORTED_FORMAT or LOAD_FAILED otherwise."""
     if spec.format not in supported_formats():
         raise WorkerError(
             UNSUPPORTED_FORMAT,
@@ -182,10 +376,8 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, torch.device]:
     if not os.path.isfile(spec.file):
         raise WorkerError(LOAD_FAILED, f"model file {spec.file} does not exist")
     try:
-        model = _LOADERS[spec.format](spec, device)
-        _to_eval(model)
+        return _LOADERS[spec.format](spec, device)
     except WorkerError:
         raise
     except Exception as exc:
         raise WorkerError(LOAD_FAILED, str(exc) or type(exc).__name__) from exc
-    return model, device

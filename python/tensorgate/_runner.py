@@ -8,55 +8,28 @@ would report launch time, not work.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 
 from ._errors import INFERENCE_FAILED, WorkerError
-from ._loader import ModelSpec, TensorSpec
+from ._loader import LoadedModel, ModelSpec
+from ._outputs import Named, name_outputs
 from ._variants import Variant, VariantOptions, Variants
 
-Named = list[tuple[TensorSpec, torch.Tensor]]
-
-
-def name_outputs(result: Any, specs: Sequence[TensorSpec]) -> Named:
-    """Pairs what the model returned (a tensor, tuple/list or dict) with the declared outputs."""
-    if isinstance(result, torch.Tensor):
-        tensors = [result]
-    elif isinstance(result, dict):
-        missing = [s.name for s in specs if s.name not in result]
-        if missing:
-            raise WorkerError(
-                INFERENCE_FAILED,
-                f"the model returned keys {sorted(result)} but not the declared outputs {missing}",
-            )
-        tensors = [result[s.name] for s in specs]
-    elif isinstance(result, (tuple, list)):
-        tensors = list(result)
-    else:
-        raise WorkerError(INFERENCE_FAILED, f"the model returned a {type(result).__name__}")
-    if len(tensors) != len(specs):
-        raise WorkerError(
-            INFERENCE_FAILED,
-            f"the model returned {len(tensors)} outputs but the config declares {len(specs)}",
-        )
-    for spec, tensor in zip(specs, tensors):
-        if not isinstance(tensor, torch.Tensor):
-            raise WorkerError(
-                INFERENCE_FAILED, f"output {spec.name!r} is a {type(tensor).__name__}, not a tensor"
-            )
-    return list(zip(specs, tensors))
+__all__ = ["Named", "Runner", "name_outputs"]
 
 
 class Runner:
     """One loaded model on one device."""
 
-    def __init__(self, model: torch.nn.Module, spec: ModelSpec, device: torch.device) -> None:
-        self.model = model
+    def __init__(self, loaded: LoadedModel, spec: ModelSpec) -> None:
+        self.loaded = loaded
+        self.model = loaded.module
         self.spec = spec
-        self.device = device
+        self.device = loaded.device
         self.variants: Variants | None = None
 
     def sync(self) -> None:
@@ -64,12 +37,27 @@ class Runner:
             torch.cuda.synchronize(self.device)
 
     def build_variants(self, options: VariantOptions) -> Variants:
-        """Builds and checks the variants the config asks for (see _variants.py) and warms them."""
-        self.variants = Variants(self.model, self.spec, self.device, options, self.forward)
-        for variant in self.variants.by_precision.values():
-            if variant.ready and (variant.module is not self.model or variant.autocast is not None):
-                self.warmup(self.spec.warmup_runs, variant)
+        """Builds, checks and warms the variants the config asks for (see _variants.py)."""
+        self.variants = Variants(self.loaded, self.spec, options, self.forward, self._warm)
         return self.variants
+
+    def _warm(self, variant: Variant) -> None:
+        """Warms a variant that runs other code than the plain model, at every batch size a
+        compiled one will see: torch.compile specialises on sizes (1 apart, then dynamic) and
+        its CUDA graphs (reduce-overhead) are recorded per size."""
+        if variant.module is self.model and variant.autocast is None:
+            return
+        runs = max(1, self.spec.warmup_runs)
+        sizes = [1]
+        compiled = variant.method.startswith("torch.compile")
+        if compiled and self.spec.batched and self.spec.max_batch_size > 1:
+            cudagraphs = "reduce-overhead" in variant.method and self.device.type == "cuda"
+            limit = self.spec.max_batch_size
+            wanted = range(1, limit + 1) if cudagraphs else [1, 2, limit]
+            sizes = sorted({*wanted, *[n for n in self.spec.preferred_batch_sizes if n <= limit]})
+            runs = max(runs, 3) if cudagraphs else runs
+        for rows in sizes:
+            self.warmup(runs, variant, rows)
 
     def to_device(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Inputs on the model's device (a no-op on CPU: the arena views are used as they are)."""
@@ -95,23 +83,37 @@ class Runner:
             raise WorkerError(INFERENCE_FAILED, str(exc) or type(exc).__name__) from exc
         return name_outputs(result, self.spec.outputs)
 
+    def module_of(self, variant: Variant | None) -> Callable[..., Any]:
+        # Not `variant.module or self.model`: truth-testing a module calls len() on containers,
+        # which compiled and scripted modules refuse.
+        if variant is None or variant.module is None:
+            return self.model
+        return variant.module
+
     def run(self, variant: Variant, inputs: list[torch.Tensor]) -> Named:
         """A request's forward pass on the variant its precision picked."""
-        return self.forward(variant.module or self.model, inputs, variant)
+        return self.forward(self.module_of(variant), inputs, variant)
 
-    def warmup(self, runs: int, variant: Variant | None = None) -> float:
-        """Runs the model on zeros of the declared shapes (-1 -> 1); returns the milliseconds.
+    def warmup(self, runs: int, variant: Variant | None = None, rows: int = 1) -> float:
+        """Runs the model on zeros of the declared shapes (-1 -> ``rows`` for the first
+        dimension, 1 for others); returns the milliseconds.
 
-        The first calls pay for lazy initialisation (TorchScript profiling, allocator growth,
-        oneDNN primitive creation), so that cost lands here and not on the first request.
+        The first calls pay for lazy initialisation (allocator growth, oneDNN primitive creation,
+        compilation), so that cost lands here and not on the first request.
         """
         start = time.perf_counter()
+        module = self.module_of(variant)
         for _ in range(runs):
             zeros = [
                 torch.zeros(
-                    [1 if d == -1 else d for d in s.shape], dtype=s.dtype, device=self.device
+                    [
+                        (rows if axis == 0 else 1) if d == -1 else d
+                        for axis, d in enumerate(s.shape)
+                    ],
+                    dtype=s.dtype,
+                    device=self.device,
                 )
                 for s in self.spec.inputs
             ]
-            self.forward(variant.module or self.model if variant else self.model, zeros, variant)
+            self.forward(module, zeros, variant)
         return (time.perf_counter() - start) * 1000.0

@@ -2,44 +2,54 @@
 
 A request's ``precision`` picks a variant:
 
-- ``fp32`` runs the model as loaded, or as the config's ``optimization.torch`` makes it
-  (TorchScript ``freeze`` or ``optimize_for_inference``, or ``torch.compile``);
+- ``fp32`` runs the model as loaded, or as the config's ``optimization.torch`` makes it:
+  ``compile`` (``torch.compile`` in ``optimization.compile_mode``), ``aoti`` (an AOTInductor
+  package compiled for the model's device, cached by torch version and device), or for
+  TorchScript files ``freeze`` / ``optimize_for_inference``;
 - ``bf16`` and ``fp16`` run the plain model under ``torch.autocast``;
 - ``int8`` runs a dynamically quantized copy (Linear, LSTM and GRU weights as int8, activations
   quantized per batch): ``quantize_dynamic`` for eager modules, ``quantize_dynamic_jit`` for
   TorchScript.
 
 Every variant other than plain fp32 is checked when it is built: it runs on seeded inputs of the
-declared specs, and each output is compared with plain fp32's element by element,
-``|variant - fp32| <= tolerance * (1 + |fp32|)`` (the rule ``tensorgate export-onnx`` applies).
-One outside its tolerance is ``rejected``; one this torch or device cannot build is
-``unavailable``. Either way the reason is kept and the other variants serve.
+declared specs and each output is judged against plain fp32's by the rule for its kind
+(``_accuracy.py``). One that changes the answers is ``rejected``; one this torch or device
+cannot build, or that fails to run, is ``unavailable``. Either way the reason is kept, and the
+other variants (plain fp32 at least) serve: a variant never takes its model down.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from ._accuracy import OutputCheck, check_outputs, worst
 from ._errors import BAD_PARAMETER, WorkerError
-from ._loader import ModelSpec, TensorSpec
+from ._export import aoti_package, example_inputs, first_line
+from ._loader import LoadedModel, ModelSpec, TensorSpec, load_aoti_package
+from ._sealed import is_sealed
 
 AUTOCAST: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 INT8_METHOD = "dynamic quantization (int8 weights of Linear, LSTM, GRU)"
 METHODS = {"bf16": "autocast bf16", "fp16": "autocast fp16", "int8": INT8_METHOD}
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-TORCH_OPTIMIZATIONS = ("none", "freeze", "optimize_for_inference", "compile")
+TORCH_OPTIMIZATIONS = ("none", "freeze", "optimize_for_inference", "compile", "aoti")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
-#: Defaults of ``validation.tolerance`` in config.json, per precision.
+#: Defaults of ``validation.tolerance`` in config.json, per precision (see _accuracy.py).
 DEFAULT_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 1e-2, "int8": 5e-2}
 
-#: Rows given to each -1 dimension of the check's inputs: more than one, so batching code runs.
-CHECK_ROWS = 2
+#: Rows given to a dynamic first dimension of the check's inputs: several, so batching code runs
+#: and a changed answer has rows to show in.
+CHECK_ROWS = 4
 
 VARIANT_UNAVAILABLE = "VARIANT_UNAVAILABLE"
 
@@ -49,8 +59,8 @@ _autocast_ok: dict[tuple[str, torch.dtype], bool] = {}
 def autocast_supported(device_type: str, dtype: torch.dtype) -> bool:
     """Whether ``torch.autocast`` really runs ``dtype`` on ``device_type``.
 
-    torch only says so by warning and disabling itself (1.13: CPU autocast is bfloat16 only) or by
-    raising, so we try it once per pair and remember.
+    torch only says so by warning and disabling itself or by raising, so we try it once per pair
+    and remember.
     """
     key = (device_type, dtype)
     if key not in _autocast_ok:
@@ -72,6 +82,9 @@ class VariantOptions:
     precisions: list[str]
     torch_optimization: str
     tolerance: dict[str, float]
+    compile_mode: str = "default"
+    #: Where compiled packages are kept between loads (``serve --cache-dir``); None: not kept.
+    cache_dir: str | None = None
 
     @classmethod
     def from_json(cls, raw: object) -> VariantOptions:
@@ -79,17 +92,26 @@ class VariantOptions:
         precisions = [str(p) for p in raw.get("precisions") or ["fp32"]]
         unknown = [p for p in precisions if p not in PRECISIONS]
         optimization = str(raw.get("torch_optimization") or "none")
-        if unknown or optimization not in TORCH_OPTIMIZATIONS:
+        mode = str(raw.get("compile_mode") or "default")
+        if unknown or optimization not in TORCH_OPTIMIZATIONS or mode not in COMPILE_MODES:
             raise WorkerError(
                 BAD_PARAMETER,
-                f"variants: precisions must be among {list(PRECISIONS)} and torch_optimization "
-                f"among {list(TORCH_OPTIMIZATIONS)}; got {precisions}, {optimization!r}",
+                f"variants: precisions must be among {list(PRECISIONS)}, torch_optimization "
+                f"among {list(TORCH_OPTIMIZATIONS)} and compile_mode among "
+                f"{list(COMPILE_MODES)}; got {precisions}, {optimization!r}, {mode!r}",
             )
         tolerance = {
             **DEFAULT_TOLERANCE,
             **{k: float(v) for k, v in (raw.get("tolerance") or {}).items()},
         }
-        return cls(["fp32", *[p for p in precisions if p != "fp32"]], optimization, tolerance)
+        cache_dir = raw.get("cache_dir")
+        return cls(
+            ["fp32", *[p for p in precisions if p != "fp32"]],
+            optimization,
+            tolerance,
+            mode,
+            str(cache_dir) if cache_dir else None,
+        )
 
 
 @dataclass
@@ -102,10 +124,11 @@ class Variant:
     autocast: torch.dtype | None = None
     state: str = "ready"
     reason: str | None = None
-    max_abs: float | None = None
-    max_rel: float | None = None
-    tolerance: float | None = None
-    output: str | None = None
+    check: OutputCheck | None = None
+    #: Milliseconds spent building it: transform or compile, check and warm-up.
+    build_ms: float | None = None
+    #: For compiled packages: whether it came from the cache.
+    cached: bool | None = None
 
     @property
     def ready(self) -> bool:
@@ -123,55 +146,21 @@ class Variant:
             "method": self.method,
             "state": self.state,
         }
-        for key in ("reason", "max_abs", "max_rel", "tolerance", "output"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.check is not None:
+            out.update(self.check.report())
+        if self.build_ms is not None:
+            out["build_ms"] = round(self.build_ms, 1)
+        if self.cached is not None:
+            out["cached"] = self.cached
         return out
 
 
-def check_inputs(spec: ModelSpec, device: torch.device) -> list[torch.Tensor]:
-    """Seeded inputs of the declared specs: floats in [0, 1), integers 0 or 1, random bools."""
-    generator = torch.Generator().manual_seed(0)
-    tensors = []
-    for s in spec.inputs:
-        shape = [CHECK_ROWS if d == -1 else d for d in s.shape]
-        if s.dtype.is_floating_point:
-            t = torch.rand(shape, generator=generator).to(s.dtype)
-        elif s.dtype == torch.bool:
-            t = torch.rand(shape, generator=generator) < 0.5
-        else:
-            t = torch.randint(0, 2, shape, generator=generator).to(s.dtype)
-        tensors.append(t.to(device))
-    return tensors
-
-
-def compare(
-    got: list[tuple[TensorSpec, torch.Tensor]],
-    expected: list[tuple[TensorSpec, torch.Tensor]],
-    tolerance: float,
-) -> tuple[float, float, str, bool]:
-    """Largest absolute and relative error over all outputs, the worst output's name, and within."""
-    max_abs = max_rel = 0.0
-    worst = ""
-    within = True
-    for (spec, a), (_, e) in zip(got, expected):
-        a64 = a.detach().to("cpu", torch.float64)
-        e64 = e.detach().to("cpu", torch.float64)
-        if a64.shape != e64.shape:
-            return float("inf"), float("inf"), spec.name, False
-        diff = (a64 - e64).abs()
-        scale = e64.abs()
-        if diff.numel() == 0:
-            continue
-        out_abs = float(diff.max())
-        out_rel = float(torch.where(scale > 0, diff / scale.clamp_min(1e-300), diff).max())
-        if out_abs >= max_abs:
-            worst = spec.name
-        max_abs, max_rel = max(max_abs, out_abs), max(max_rel, out_rel)
-        if not bool((diff <= tolerance * (1 + scale)).all()):
-            within = False
-    return max_abs, max_rel, worst, within
+Run = Callable[
+    [Callable[..., Any], list[torch.Tensor], Variant], list[tuple[TensorSpec, torch.Tensor]]
+]
+Warm = Callable[[Variant], None]
 
 
 class Variants:
@@ -179,23 +168,23 @@ class Variants:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        loaded: LoadedModel,
         spec: ModelSpec,
-        device: torch.device,
         options: VariantOptions,
-        run: Callable[
-            [Callable[..., Any], list[torch.Tensor], Variant], list[tuple[TensorSpec, torch.Tensor]]
-        ],
+        run: Run,
+        warm: Warm,
     ) -> None:
-        self.model = model
+        self.loaded = loaded
+        self.model = loaded.module
         self.spec = spec
-        self.device = device
+        self.device = loaded.device
         self.options = options
         self._run = run
+        self._warm = warm
         self.by_precision: dict[str, Variant] = {}
-        inputs = check_inputs(spec, device)
-        plain = Variant("fp32", "plain", module=model)
-        self.reference = run(model, inputs, plain)
+        inputs = list(example_inputs(spec.inputs, self.device, rows=CHECK_ROWS, seed=0))
+        plain = Variant("fp32", "plain", module=self.model)
+        self.reference = run(self.model, inputs, plain)
         self.by_precision["fp32"] = self._fp32(inputs, plain)
         for precision in options.precisions:
             if precision != "fp32":
@@ -226,46 +215,59 @@ class Variants:
         how = self.options.torch_optimization
         if how == "none":
             return plain
-        variant = self._checked("fp32", inputs, method=how)
+        variant = self._checked("fp32", inputs, method=self._method(how))
         if variant.ready:
             return variant
-        plain.reason = f"{how} was not used: it is {variant.state} ({variant.reason})"
+        plain.reason = f"{variant.method} was not used: it is {variant.state} ({variant.reason})"
         return plain
+
+    def _method(self, how: str) -> str:
+        if how == "compile":
+            return f"torch.compile (mode {self.options.compile_mode})"
+        if how == "aoti":
+            return f"AOTInductor package for {self.device.type}"
+        return how
 
     def _checked(
         self, precision: str, inputs: list[torch.Tensor], method: str | None = None
     ) -> Variant:
         tolerance = self.options.tolerance[precision]
         method = method or METHODS[precision]
+        start = time.perf_counter()
         try:
             variant = self._build(precision, method)
         except WorkerError as exc:
             return Variant(precision, method, state="unavailable", reason=exc.message)
         except Exception as exc:  # a torch transform that fails says why in its message
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            reason = f"{type(exc).__name__}: {first_line(exc)}"
             return Variant(precision, method, state="unavailable", reason=reason)
         try:
             got = self._run(variant.module, inputs, variant)  # type: ignore[arg-type]
         except WorkerError as exc:
-            variant.state, variant.reason = (
-                "unavailable",
-                f"it fails on the check inputs: {exc.message}",
-            )
+            variant.state = "unavailable"
+            variant.reason = f"it fails on the check inputs: {exc.message.strip().splitlines()[0]}"
             return variant
-        max_abs, max_rel, worst, within = compare(got, self.reference, tolerance)
-        variant.max_abs, variant.max_rel, variant.tolerance = max_abs, max_rel, tolerance
-        variant.output = worst or None
-        if not within:
+        variant.check = worst(check_outputs(got, self.reference, tolerance))
+        if variant.check is not None and not variant.check.within:
             variant.state = "rejected"
-            variant.reason = (
-                f'output "{worst}" is off from fp32 by up to {max_abs:.3g} '
-                f"(relative {max_rel:.3g}), past the tolerance {tolerance:g}"
-            )
+            variant.reason = f"it changes the answers: {variant.check.describe()}"
+            return variant
+        try:
+            self._warm(variant)
+        except WorkerError as exc:
+            variant.state = "unavailable"
+            variant.reason = f"warm-up failed: {exc.message.strip().splitlines()[0]}"
+        variant.build_ms = (time.perf_counter() - start) * 1000.0
         return variant
 
     def _build(self, precision: str, method: str) -> Variant:
         if precision in AUTOCAST:
             dtype = AUTOCAST[precision]
+            if self.spec.format == "aoti":
+                raise WorkerError(
+                    VARIANT_UNAVAILABLE,
+                    "an AOTInductor package runs as it was compiled; autocast cannot change it",
+                )
             if not autocast_supported(self.device.type, dtype):
                 raise WorkerError(
                     VARIANT_UNAVAILABLE,
@@ -273,36 +275,46 @@ class Variants:
                 )
             return Variant(precision, METHODS[precision], module=self.model, autocast=dtype)
         if precision == "int8":
-            return Variant(
-                "int8",
-                "dynamic quantization (int8 weights of Linear, LSTM, GRU)",
-                module=self._int8(),
-            )
-        return Variant("fp32", method, module=self._optimized(method))
+            return Variant("int8", INT8_METHOD, module=self._int8())
+        how = self.options.torch_optimization
+        if how == "compile":
+            return Variant("fp32", method, module=self._compiled())
+        if how == "aoti":
+            return self._aoti(method)
+        return Variant("fp32", method, module=self._frozen(how))
 
-    def _int8(self) -> torch.nn.Module:
+    def _int8(self) -> Callable[..., Any]:
         if self.device.type != "cpu":
             raise WorkerError(
                 VARIANT_UNAVAILABLE,
                 f"dynamic quantization runs on CPU only; this model is on {self.device}",
             )
-        from torch.ao import quantization as q
+        if not isinstance(self.model, torch.nn.Module) or self.loaded.program is not None:
+            raise WorkerError(
+                VARIANT_UNAVAILABLE,
+                f"dynamic quantization swaps Linear, LSTM and GRU modules of eager and "
+                f"TorchScript models; a {self.spec.format} model has none to swap",
+            )
+        with warnings.catch_warnings():
+            # torch.ao.quantization announces its move to torchao on every call.
+            warnings.simplefilter("ignore")
+            from torch.ao import quantization as q
 
-        if isinstance(self.model, torch.jit.ScriptModule):
-            with warnings.catch_warnings():
-                # torch 1.13's copy of the module reads .grad of non-leaf tensors and says so.
-                warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor")
+            if isinstance(self.model, torch.jit.ScriptModule):
                 quantized = q.quantize_dynamic_jit(self.model, {"": q.default_dynamic_qconfig})
-            found = "quantized::" in str(quantized.graph) or "quantized::" in str(
-                quantized.inlined_graph
-            )
-        else:
-            quantized = q.quantize_dynamic(
-                self.model, {torch.nn.Linear, torch.nn.LSTM, torch.nn.GRU}, dtype=torch.qint8
-            )
-            found = any(
-                type(m).__module__.startswith("torch.ao.nn.quantized") for m in quantized.modules()
-            )
+                found = "quantized::" in str(quantized.graph) or "quantized::" in str(
+                    quantized.inlined_graph
+                )
+            else:
+                quantized = q.quantize_dynamic(
+                    self.model,
+                    {torch.nn.Linear, torch.nn.LSTM, torch.nn.GRU},
+                    dtype=torch.qint8,
+                )
+                found = any(
+                    type(m).__module__.startswith("torch.ao.nn.quantized")
+                    for m in quantized.modules()
+                )
         if not found:
             raise WorkerError(
                 VARIANT_UNAVAILABLE,
@@ -310,30 +322,56 @@ class Variants:
             )
         return quantized
 
-    def _optimized(self, method: str) -> Callable[..., Any]:
-        if method == "compile":
-            if not hasattr(torch, "compile"):
-                raise WorkerError(
-                    VARIANT_UNAVAILABLE,
-                    f"torch {torch.__version__} has no torch.compile (it came with torch 2.0)",
-                )
-            return torch.compile(self.model)  # type: ignore[attr-defined]
+    def _compiled(self) -> Callable[..., Any]:
+        if isinstance(self.model, torch.jit.ScriptModule):
+            raise WorkerError(
+                VARIANT_UNAVAILABLE,
+                "torch.compile does not take TorchScript modules: serve the model as a "
+                "torch.export program or eager code (tensorgate export makes a .pt2)",
+            )
+        if not isinstance(self.model, torch.nn.Module):
+            raise WorkerError(VARIANT_UNAVAILABLE, "an AOTInductor package is compiled already")
+        # The worker only infers: Inductor may treat the weights as constants ("freezing": folded,
+        # and on CPU convolutions' weights prepacked for oneDNN), 1.7x on the demo ResNet at batch
+        # 1 against 0.9x without. One worker serves one model, so the global setting is its own.
+        torch._inductor.config.freezing = True
+        # Compiling is lazy: failures surface on the check's first call, as unavailable.
+        return torch.compile(self.model, mode=self.options.compile_mode)
+
+    def _aoti(self, method: str) -> Variant:
+        if self.spec.format == "aoti":
+            raise WorkerError(VARIANT_UNAVAILABLE, "the model is an AOTInductor package already")
+        package = aoti_package(
+            self.loaded, self.spec, self.options.cache_dir, sealed=is_sealed(self.spec.file)
+        )
+        try:
+            module = load_aoti_package(package.path, self.device)
+        finally:
+            if not package.kept:
+                shutil.rmtree(Path(package.path).parent, ignore_errors=True)
+        if package.cached:
+            method += " (from the cache)"
+        return Variant("fp32", method, module=module, cached=package.cached)
+
+    def _frozen(self, how: str) -> Callable[..., Any]:
         if not isinstance(self.model, torch.jit.ScriptModule):
             raise WorkerError(
                 VARIANT_UNAVAILABLE,
-                f"{method} needs a TorchScript model; "
-                f"version {self.spec.version} is {self.spec.format}",
+                f"{how} needs a TorchScript model; version {self.spec.version} is "
+                f"{self.spec.format} (optimization compile or aoti suits it)",
             )
-        frozen = torch.jit.freeze(self.model.eval())
-        return (
-            torch.jit.optimize_for_inference(frozen)
-            if method == "optimize_for_inference"
-            else frozen
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            frozen = torch.jit.freeze(self.model.eval())
+            if how == "optimize_for_inference":
+                return torch.jit.optimize_for_inference(frozen)
+        return frozen
 
 
 __all__ = [
+    "COMPILE_MODES",
     "PRECISIONS",
+    "TORCH_OPTIMIZATIONS",
     "VARIANT_UNAVAILABLE",
     "Variant",
     "VariantOptions",

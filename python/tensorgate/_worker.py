@@ -135,9 +135,9 @@ class Worker:
             )
         torch.set_num_threads(max(1, spec.threads))
         start = time.perf_counter()
-        model, device = load_model(spec)
+        model = load_model(spec)
         loaded = time.perf_counter()
-        runner = Runner(model, spec, device)
+        runner = Runner(model, spec)
         try:
             warmup_ms = runner.warmup(spec.warmup_runs)
         except WorkerError as exc:
@@ -151,15 +151,15 @@ class Worker:
             spec.name,
             spec.version,
             spec.format,
-            device,
+            model.device,
             _ms(start, loaded),
             warmup_ms,
         )
         return {
-            "device": str(device),
+            "device": str(model.device),
             "load_ms": _ms(start, loaded),
             "warmup_ms": round(warmup_ms, 3),
-            "weights_bytes": weights_bytes(model),
+            "weights_bytes": model.weights_bytes,
             "variants": variants.reports(),
             "variants_ms": variants_ms,
         }
@@ -221,16 +221,3 @@ class Worker:
     def _shutdown(self, _message: Message) -> Message:
         self.running = False
         return {}
-
-
-def weights_bytes(model: torch.nn.Module) -> int:
-    """Bytes held by the model's parameters and buffers (shared tensors counted once)."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in [*model.parameters(), *model.buffers()]:
-        key = tensor.data_ptr()
-        if key in seen:
-            continue
-        seen.add(key)
-        total += tensor.numel() * tensor.element_size()
-    return total

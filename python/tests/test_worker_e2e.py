@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def test_tabular_classifier_matches_a_direct_forward(spawn, demo_models):
                       "offset": header["offset"], "nbytes": 36}  # fmt: skip
     assert header["offset"] % 64 == 0
     assert set(reply["result"]["timings"]) == {"h2d_ms", "compute_ms", "d2h_ms"}
-    direct = torch.jit.load(str(demo_models / "tabular-classifier" / "1" / "model.pt"))
+    direct = torch.export.load(str(demo_models / "tabular-classifier" / "1" / "model.pt2")).module()
     with torch.inference_mode():
         expected = direct(features)
     assert torch.allclose(worker.outputs(reply)["probabilities"], expected, atol=1e-6)
@@ -95,9 +96,9 @@ def test_image_classifier_eager_version_in_fp32_and_bf16(spawn, demo_models):
     worker, result = loaded(spawn, demo_models, "image-classifier", "2")
     worker_variants = result["variants"]
     image = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(3))
-    scripted = torch.jit.load(str(demo_models / "image-classifier" / "1" / "model.pt"))
+    program = torch.export.load(str(demo_models / "image-classifier" / "1" / "model.pt2"))
     with torch.inference_mode():
-        expected = scripted(image)
+        expected = program.module()(image)
     logits = worker.outputs(worker.infer({"image": image}))["logits"]
     assert torch.allclose(logits, expected, atol=1e-4)
 
@@ -219,7 +220,9 @@ class Echo(torch.nn.Module):
 
 def test_every_dtype_crosses_both_arenas(spawn, tmp_path):
     path = tmp_path / "echo.pt"
-    torch.jit.script(Echo()).save(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.script(Echo()).save(str(path))
     dtypes = list(WIRE)
     names = ["f32", "f64", "f16", "bf16", "i8", "u8", "i16", "i32", "i64", "b"]
     assert [WIRE[d] for d in dtypes] == ["float32", "float64", "float16", "bfloat16", "int8",

@@ -1,7 +1,7 @@
 """A ResNet-18-shaped image classifier (He et al. 2016), written out so no torchvision is needed.
 
 make_demo_models.py copies this file into image-classifier/2/model.py: it is the eager version's
-code (``entry: model:build``) and the source the TorchScript version 1 is scripted from.
+code (``entry: model:build``) and the source the torch.export program of version 1 is traced from.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ export interface GlobalOptions {
   allowRoot: string[];
   runsDir?: string;
   auditLog?: string;
+  cacheDir?: string;
   logLevel?: LogLevel;
   logFormat?: LogFormat;
 }
@@ -27,6 +28,7 @@ export function configFrom(opts: GlobalOptions, overrides: Partial<GatewayConfig
   if (replicaId !== undefined) config.replicaId = replicaId;
   if (opts.runsDir) config.runsDir = resolve(opts.runsDir);
   if (opts.auditLog) config.auditLogPath = resolve(opts.auditLog);
+  if (opts.cacheDir) config.cacheDir = resolve(opts.cacheDir);
   if (opts.allowRoot.length > 0) config.allowedRoots = opts.allowRoot.map((r) => resolve(r));
   // MCP clients often start servers in "/": never let that silently open the whole file system.
   else if (process.cwd() === '/') config.allowedRoots = [];

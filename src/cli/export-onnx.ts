@@ -1,88 +1,35 @@
-import { execFile } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { promisify } from 'node:util';
-import { joinPythonPath, PYTHON_PACKAGE_DIR, pythonExecutable } from '../engines/torch/worker-process.js';
-import { type ErrorCode, isErrorCode, tgError } from '../errors.js';
-import { defaultVersion } from '../registry/model-config.js';
-import { readModelDir, versionDir, versionFile } from '../registry/repository.js';
+import { join } from 'node:path';
+import { loadRequestModel } from '../engines/torch/protocol.js';
+import { tgError } from '../errors.js';
+import { configText } from '../registry/model-config.js';
+import { readModelDir, versionFile } from '../registry/repository.js';
 import { isSealed } from '../security/model-encryption.js';
-import { type OutputError, outputError } from '../tensor/compare.js';
+import {
+  checkLine,
+  checkOutput,
+  describeCheck,
+  type OutputCheck,
+  type OutputKind,
+  worstCheck,
+} from '../tensor/compare.js';
 import type { dtypeSize } from '../tensor/dtype.js';
 import { typedView } from '../tensor/tensor.js';
-import type { GlobalOptions } from './common.js';
-import { runRegister } from './register.js';
+import { type JobResult, runPythonJob } from './python-job.js';
 
 /**
- * `tensorgate export-onnx DIR`: one version of a PyTorch model folder, exported to ONNX as a model
- * folder of its own for the onnx engine, and checked before anything is kept. The Python side
- * (python/tensorgate/export_onnx.py) loads the model as a worker does and runs torch.onnx.export;
- * this side runs the exported graph in ONNX Runtime on the inputs PyTorch answered and compares,
- * element by element, |onnx - torch| <= tolerance * (1 + |torch|). Past the tolerance, or when the
- * export fails, nothing is written and the error names the model, the output and the reason.
+ * ONNX exports of PyTorch versions, for `tensorgate export --format onnx` and `register --export
+ * onnx`, checked before anything is kept. The Python side (python/tensorgate/export_onnx.py)
+ * loads the model as a worker does and runs torch.onnx.export; this side runs the exported graph
+ * in ONNX Runtime on the inputs PyTorch answered and judges each output by the rule for its kind
+ * (src/tensor/compare.ts). Past the tolerance, or when the export fails, nothing is written and
+ * the error names the model, the output and the reason.
  */
 
-export interface ExportOptions {
-  version?: string;
-  out?: string;
-  tolerance: number;
-  register?: boolean;
-}
-
-interface ExportResult {
-  ok: boolean;
-  code?: string;
-  message?: string;
+interface ExportResult extends JobResult {
   opset?: number;
   tensors?: { name: string; shape: number[] }[];
-}
-
-export async function runExportOnnx(global: GlobalOptions, dir: string, opts: ExportOptions): Promise<void> {
-  const source = readModelDir(dir);
-  const { config } = source;
-  const version = opts.version ?? defaultVersion(config);
-  const name = `${config.name}-onnx`;
-  const out = resolve(opts.out ?? join(dirname(source.dir), name));
-  if (existsSync(out)) throw tgError('INVALID_CONFIG', `${out} exists already; remove it or give another --out`);
-  try {
-    mkdirSync(join(out, '1'), { recursive: true });
-    const exported = await exportVersion(source, version, join(out, '1', 'model.onnx'), opts.tolerance);
-    const raw = JSON.parse(readFileSync(join(source.dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-    const { default_version: _default, parameters: _parameters, versions: _versions, optimization, ...kept } = raw;
-    const onnxGraph = (optimization as { onnx_graph?: string } | undefined)?.onnx_graph;
-    writeFileSync(
-      join(out, 'config.json'),
-      `${JSON.stringify(
-        {
-          ...kept,
-          name,
-          description: `${config.description} (ONNX export of ${config.name}@${version})`.trim(),
-          engine: 'onnx',
-          ...(onnxGraph ? { optimization: { onnx_graph: onnxGraph } } : {}),
-          versions: { '1': { format: 'onnx', file: 'model.onnx' } },
-        },
-        null,
-        2,
-      )}\n`,
-    );
-    process.stdout.write(`exported ${config.name}@${version} to ${out} (ONNX opset ${exported.opset})\n`);
-    printErrors(exported.errors, opts.tolerance);
-  } catch (err) {
-    rmSync(out, { recursive: true, force: true });
-    throw err;
-  }
-  if (opts.register) await runRegister(global, out);
-  else process.stdout.write(`register it with: tensorgate register ${out}\n`);
 }
 
 /**
@@ -113,9 +60,9 @@ export async function exportOnnxVariants(dir: string, tolerance: number): Promis
           { model: config.name, version },
         );
       const file = v.onnx ?? 'model.onnx';
-      const exported = await exportVersion(source, version, join(work, `${version}.onnx`), tolerance);
+      const exported = await exportOnnxVersion(source, version, join(work, `${version}.onnx`), tolerance);
       process.stdout.write(`${config.name}@${version}: exported to ONNX (opset ${exported.opset}) as ${file}\n`);
-      printErrors(exported.errors, tolerance);
+      for (const e of exported.errors) process.stdout.write(`  ${checkLine(e, 'onnx')}\n`);
       written.push({ version, file });
     }
     // Every export checked out: only now is the folder changed.
@@ -125,16 +72,16 @@ export async function exportOnnxVariants(dir: string, tolerance: number): Promis
       copyFileSync(join(work, `${version}.onnx`), versionFile(source.dir, version, file));
       (raw.versions[version] as Record<string, unknown>).onnx = file;
     }
-    writeFileSync(`${configPath}.tmp`, `${JSON.stringify(raw, null, 2)}\n`);
+    writeFileSync(`${configPath}.tmp`, configText(raw));
     renameSync(`${configPath}.tmp`, configPath);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
 }
 
-interface Exported {
+export interface Exported {
   opset: number | undefined;
-  errors: OutputError[];
+  errors: OutputCheck[];
 }
 
 /**
@@ -142,7 +89,7 @@ interface Exported {
  * the model as a worker does and runs torch.onnx.export; ONNX Runtime then runs the graph on the
  * inputs PyTorch answered. Throws EXPORT_FAILED or EXPORT_MISMATCH, naming model, version, output.
  */
-async function exportVersion(
+export async function exportOnnxVersion(
   source: ReturnType<typeof readModelDir>,
   version: string,
   outFile: string,
@@ -155,38 +102,17 @@ async function exportVersion(
     throw tgError('INVALID_CONFIG', `${config.name}@${version} is not a PyTorch model; only torch versions export`);
   const bf16 = [...config.inputs, ...config.outputs].find((s) => s.dtype === 'bfloat16');
   if (bf16) throw tgError('INVALID_CONFIG', `tensor "${bf16.name}" is bfloat16, which ONNX Runtime for Node has not`);
-  const work = mkdtempSync(join(tmpdir(), 'tensorgate-export-'));
-  try {
-    const job = {
-      model: {
-        name: config.name,
-        version,
-        format: v.format,
-        file: versionFile(source.dir, version, v.file),
-        code_dir: versionDir(source.dir, version),
-        ...(v.entry ? { entry: v.entry } : {}),
-        threads: config.resources.threads,
-        inputs: config.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
-        outputs: config.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
-        warmup_runs: 0,
-      },
+  const { result, work, cleanup } = await runPythonJob<ExportResult>(
+    'export_onnx',
+    (work: string) => ({
+      model: { ...loadRequestModel(config, version, source.dir), warmup_runs: 0 },
       out: outFile,
       check: work,
-    };
-    writeFileSync(join(work, 'job.json'), JSON.stringify(job));
-    const { stdout } = await promisify(execFile)(
-      pythonExecutable(),
-      ['-m', 'tensorgate.export_onnx', join(work, 'job.json')],
-      { env: { ...process.env, PYTHONPATH: joinPythonPath(PYTHON_PACKAGE_DIR) }, maxBuffer: 1 << 20 },
-    );
-    const result = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as ExportResult;
-    if (!result.ok) {
-      const code: ErrorCode = result.code && isErrorCode(result.code) ? result.code : 'EXPORT_FAILED';
-      throw tgError(code, `${config.name}@${version} cannot be exported to ONNX: ${result.message}`, {
-        model: config.name,
-        version,
-      });
-    }
+    }),
+    `${config.name}@${version} cannot be exported to ONNX`,
+    'EXPORT_FAILED',
+  );
+  try {
     const shapes = new Map((result.tensors ?? []).map((t) => [t.name, t.shape]));
     const read = (spec: (typeof config.inputs)[number]) => {
       const data = new Uint8Array(readFileSync(join(work, `${spec.name}.bin`)));
@@ -195,36 +121,30 @@ async function exportVersion(
     const errors = await compare(
       outFile,
       config.inputs.map((s) => ({ name: s.name, tensor: read(s) })),
-      config.outputs.map((s) => ({ name: s.name, tensor: read(s) })),
+      config.outputs.map((s) => ({ spec: s, tensor: read(s) })),
       tolerance,
     );
-    const worst = errors.find((e) => !e.within);
-    if (worst)
+    const worst = worstCheck(errors);
+    if (worst && !worst.within)
       throw tgError(
         'EXPORT_MISMATCH',
-        `${config.name}@${version} exported to ONNX answers differently from PyTorch: output "${worst.name}" is off by up to ${worst.maxAbs.toExponential(2)} (relative ${worst.maxRel.toExponential(2)}), past the tolerance ${tolerance}`,
-        { model: config.name, version, output: worst.name, max_abs: worst.maxAbs, max_rel: worst.maxRel },
+        `${config.name}@${version} exported to ONNX answers differently from PyTorch: ${describeCheck(worst, 'PyTorch')}`,
+        { model: config.name, version, output: worst.output, error: worst.error, max_abs: worst.maxAbs },
       );
     return { opset: result.opset, errors };
   } catch (err) {
     rmSync(outFile, { force: true });
     throw err;
   } finally {
-    rmSync(work, { recursive: true, force: true });
+    cleanup();
   }
 }
 
-function printErrors(errors: OutputError[], tolerance: number): void {
-  for (const e of errors)
-    process.stdout.write(
-      `  ${e.name}: max |onnx - torch| ${e.maxAbs.toExponential(2)}, max relative ${e.maxRel.toExponential(2)} (tolerance ${tolerance})\n`,
-    );
-}
-
 type Named = { name: string; tensor: { dtype: Parameters<typeof dtypeSize>[0]; shape: number[]; data: Uint8Array } };
+type Expected = { spec: OutputKind; tensor: Named['tensor'] };
 
 /** Runs the graph on `inputs` in ONNX Runtime (in this process: a CLI has no loop to keep free) and compares. */
-async function compare(file: string, inputs: Named[], expected: Named[], tolerance: number): Promise<OutputError[]> {
+async function compare(file: string, inputs: Named[], expected: Expected[], tolerance: number): Promise<OutputCheck[]> {
   const ort = await import('onnxruntime-node');
   const session = await ort.InferenceSession.create(file);
   try {
@@ -232,16 +152,16 @@ async function compare(file: string, inputs: Named[], expected: Named[], toleran
     for (const { name, tensor } of inputs)
       feeds[name] = new ort.Tensor(tensor.dtype as 'float32', typedView(tensor) as Float32Array, tensor.shape);
     const results = await session.run(feeds);
-    return expected.map(({ name, tensor }) => {
-      const got = results[name];
-      if (!got) throw tgError('EXPORT_FAILED', `the exported graph has no output "${name}"`);
+    return expected.map(({ spec, tensor }) => {
+      const got = results[spec.name];
+      if (!got) throw tgError('EXPORT_FAILED', `the exported graph has no output "${spec.name}"`);
       const data = got.data as ArrayBufferView;
       const actual = {
         dtype: tensor.dtype,
         shape: [...got.dims],
         data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
       };
-      return outputError(name, actual, tensor, tolerance);
+      return checkOutput(spec, actual, tensor, tolerance);
     });
   } finally {
     await session.release();

@@ -2,8 +2,9 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { LOG_FORMATS, LOG_LEVELS } from '../observability/logger.js';
 import { VERSION } from '../version.js';
 import { runEncryptModel } from './encrypt-model.js';
-import { runExportOnnx } from './export-onnx.js';
+import { type ExportFormat, runExport } from './export.js';
 import { runInfer } from './infer.js';
+import { runInit } from './init.js';
 import { DEFAULT_KEYS_FILE, runKeysCreate, runKeysList, runKeysRevoke } from './keys.js';
 import { configureLogging } from './logs.js';
 import { runModels } from './models.js';
@@ -57,6 +58,10 @@ const program = new Command()
   .option('--allow-root <dir>', 'folder tensor file inputs may be read from (repeatable; default: cwd)', collect, [])
   .option('--runs-dir <dir>', 'training runs directory (default: $TENSORGATE_RUNS_DIR or /dev/shm/tensorgate-runs)')
   .option('--audit-log <file>', 'append-only audit log of changes', '.tensorgate/audit.jsonl')
+  .option(
+    '--cache-dir <dir>',
+    'compiled variants (AOTInductor packages) kept across restarts (default: $TENSORGATE_CACHE_DIR or .tensorgate/cache)',
+  )
   .addOption(new Option('--log-level <level>', 'least severe log records written').choices(LOG_LEVELS).default('info'))
   .addOption(new Option('--log-format <format>', 'log record format on stderr').choices(LOG_FORMATS).default('json'))
   .hook('preAction', () => configureLogging(program.opts()));
@@ -134,30 +139,61 @@ program
   .description(
     'validate a model folder, load it in a worker, warm it up and record it in the registry; or check a workflow folder against the registered models and record it',
   )
-  .argument('<dir>', 'model folder (config.json and version folders) or workflow folder (workflow.json or .yaml)')
+  .argument(
+    '<dir>',
+    'model folder (config.json and version folders; without config.json, one is written from a .pt2 or .onnx file as `init` does) or workflow folder (workflow.json or .yaml)',
+  )
   .option(
     '--export <format>',
-    'onnx: export each PyTorch version to ONNX (VERSION/model.onnx, checked against PyTorch) and register it as the onnx variant',
+    'onnx: export each PyTorch version to ONNX (VERSION/model.onnx, checked against PyTorch) as its onnx variant; aoti: compile each version with AOTInductor for its device as its fp32 variant (optimization.torch "aoti", cached)',
   )
-  .option('--tolerance <t>', "the export's check, per element: |onnx - torch| <= t * (1 + |torch|)", positive, 1e-4)
-  .action((dir: string, opts) => runRegister(program.opts(), dir, opts));
-
-program
-  .command('export-onnx')
-  .description(
-    "export one version of a PyTorch model folder to ONNX, as a model folder for the onnx engine, checked against PyTorch's outputs",
-  )
-  .argument('<dir>', 'the PyTorch model folder')
-  .option('--version <v>', 'the version to export (default: the model default)')
-  .option('--out <dir>', 'the new model folder (default: NAME-onnx beside DIR)')
   .option(
     '--tolerance <t>',
-    'largest difference allowed, per element: |onnx - torch| <= t * (1 + |torch|)',
+    "the ONNX export's check: largest error vs PyTorch, scaled to each output's range",
     positive,
     1e-4,
   )
-  .option('--register', 'register the new folder once it checks out')
-  .action((dir: string, opts) => runExportOnnx(program.opts(), dir, opts));
+  .action((dir: string, opts) => runRegister(program.opts(), dir, opts));
+
+const exportCommand = (name: string, fixed?: ExportFormat) =>
+  program
+    .command(name)
+    .description(
+      fixed
+        ? 'export one version of a PyTorch model folder to ONNX (the same as `export --format onnx`)'
+        : "export one version of a PyTorch model folder (eager, TorchScript or .pt2) as a torch.export program, an AOTInductor package or ONNX, in a model folder of its own, checked against the original's outputs",
+    )
+    .argument('<dir>', 'the PyTorch model folder')
+    .option('--version <v>', 'the version to export (default: the model default)')
+    .option('--out <dir>', 'the new model folder (default: NAME-FORMAT beside DIR)')
+    .option('--device <d>', "aoti: the device to compile for, cpu or cuda[:N] (default: the model's)")
+    .option('--tolerance <t>', 'largest error allowed vs the original, scaled to each output', positive, 1e-4)
+    .option('--register', 'register the new folder once it checks out')
+    .action(async (dir: string, opts) => {
+      const out = await runExport(dir, { ...opts, format: fixed ?? opts.format });
+      if (opts.register) await runRegister(program.opts(), out);
+      else process.stdout.write(`register it with: tensorgate register ${out}\n`);
+    });
+exportCommand('export').requiredOption(
+  '--format <f>',
+  'export (a torch.export .pt2 program), aoti (an AOTInductor package for --device) or onnx',
+);
+exportCommand('export-onnx', 'onnx');
+
+program
+  .command('init')
+  .description(
+    "write a model's config.json from its file: a .pt2 program's or an ONNX graph's declared inputs and outputs; TorchScript, eager code and AOTInductor packages from --input examples",
+  )
+  .argument('<file>', 'the model file (.pt2, .onnx, a TorchScript .pt, or a state_dict with --entry)')
+  .option('--name <name>', 'the model name (default: from the folder or file name)')
+  .option('-i, --input <name=dtype[shape]>', 'an input, e.g. image=float32[-1,3,224,224] (repeatable)', collect, [])
+  .option('--entry <module:factory>', "eager code: the factory building the module, imported from the file's folder")
+  .option('--out <dir>', 'where a new model folder goes when FILE is not in a version folder', 'models')
+  .option('--force', 'write config.json even where one exists')
+  .action(async (file: string, opts) => {
+    await runInit(file, opts);
+  });
 
 for (const [command, tool, what] of [
   ['load', 'load_model', 'load a model version into a running server and wait until it is ready'],

@@ -1,26 +1,46 @@
-import { basename, resolve } from 'node:path';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
 import { tgError } from '../errors.js';
 import { Gateway } from '../gateway.js';
-import { DEFAULT_TOLERANCE } from '../registry/model-config.js';
+import { configText, DEFAULT_TOLERANCE } from '../registry/model-config.js';
 import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 import { exportOnnxVariants } from './export-onnx.js';
+import { declaringModelFile, runInit } from './init.js';
 import { watchLoading } from './load-progress.js';
 import { Progress } from './progress.js';
 
 export interface RegisterOptions {
-  /** `onnx`: export each PyTorch version to ONNX first, as the model's onnx variant. */
+  /**
+   * `onnx`: export each PyTorch version to ONNX first, as the model's onnx variant; `aoti`: compile
+   * each version with AOTInductor as its fp32 variant (optimization.torch "aoti").
+   */
   export?: string;
-  /** Of the export's check: |onnx - torch| <= tolerance * (1 + |torch|). */
+  /** Of the ONNX export's check: the largest error allowed, scaled to each output. */
   tolerance?: number;
 }
 
 export async function runRegister(global: GlobalOptions, dir: string, opts: RegisterOptions = {}): Promise<void> {
   if (Gateway.isWorkflowDir(dir)) return registerWorkflow(global, dir);
-  if (opts.export !== undefined) {
-    if (opts.export !== 'onnx')
-      throw tgError('BAD_PARAMETER', `--export ${opts.export}: the one export format is onnx`, { parameter: 'export' });
+  if (existsSync(dir) && !existsSync(join(dir, 'config.json'))) {
+    // As Triton's auto-complete: a folder holding one self-describing model file needs no config.
+    const file = declaringModelFile(dir);
+    if (!file)
+      throw tgError(
+        'INVALID_CONFIG',
+        `${resolve(dir)} has no config.json, and no single .pt2 or .onnx file in one version folder to write one from: write one with tensorgate init FILE`,
+        { dir: resolve(dir) },
+      );
+    await runInit(file);
+  }
+  if (opts.export === 'onnx') {
     // Checked and written before registering: a failed export leaves the folder and registry as they were.
     await exportOnnxVariants(dir, opts.tolerance ?? DEFAULT_TOLERANCE.fp32);
+  } else if (opts.export === 'aoti') {
+    setTorchOptimization(dir, 'aoti');
+  } else if (opts.export !== undefined) {
+    throw tgError('BAD_PARAMETER', `--export ${opts.export}: onnx or aoti (a variant of each version)`, {
+      parameter: 'export',
+    });
   }
   const progress = new Progress({ label: `registering ${basename(resolve(dir))}` });
   const gateway = await openGateway(global, {}, progress.wrap(stderrLogger));
@@ -42,6 +62,15 @@ export async function runRegister(global: GlobalOptions, dir: string, opts: Regi
   } finally {
     await gateway.close();
   }
+}
+
+/** Sets optimization.torch in a model folder's config.json (written whole, then renamed). */
+function setTorchOptimization(dir: string, how: string): void {
+  const path = join(dir, 'config.json');
+  const raw = JSON.parse(readFileSync(path, 'utf8')) as { optimization?: Record<string, unknown> };
+  raw.optimization = { ...raw.optimization, torch: how };
+  writeFileSync(`${path}.tmp`, configText(raw));
+  renameSync(`${path}.tmp`, path);
 }
 
 /** A workflow folder: compiled against the registered models and workflows, then recorded. */

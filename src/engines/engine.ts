@@ -1,4 +1,5 @@
 import type { ModelConfig, Precision } from '../registry/model-config.js';
+import type { AccuracyRule } from '../tensor/compare.js';
 import type { TensorSource } from '../tensor/source.js';
 import type { Tensor } from '../tensor/tensor.js';
 
@@ -48,11 +49,21 @@ export interface VariantReport {
   method: string;
   state: 'ready' | 'rejected' | 'unavailable';
   reason?: string;
-  max_abs?: number;
-  max_rel?: number;
-  tolerance?: number;
-  /** The output with the largest error. */
+  /** The output furthest from fp32 on the check inputs, by the rule for its kind (src/tensor/compare.ts). */
   output?: string;
+  rule?: AccuracyRule;
+  /** That output's error: scaled to its range or spread (classes, values), or the share of elements that differ (exact). */
+  error?: number;
+  max_abs?: number;
+  /** Rows whose top class changed (classes) or elements that differ (exact). */
+  changed?: number;
+  /** Rows (classes) or elements compared. */
+  compared?: number;
+  tolerance?: number;
+  /** Milliseconds spent building it (transform or compilation, check, warm-up). */
+  build_ms?: number;
+  /** For compiled packages: found in the compile cache rather than compiled at this load. */
+  cached?: boolean;
   /** Median milliseconds of a one-row request through the variant's queue and engine, measured after loading. */
   latency_ms?: number;
 }

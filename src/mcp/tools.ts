@@ -45,10 +45,18 @@ const VersionOut = z.object({
           .describe('how the variant is built: plain, autocast bf16, dynamic quantization, an ONNX export…'),
         state: z.enum(['ready', 'rejected', 'unavailable']),
         reason: z.string().optional(),
-        max_abs: z.number().optional().describe('largest absolute difference from plain fp32 on the check inputs'),
-        max_rel: z.number().optional(),
+        output: z.string().optional().describe('the output furthest from plain fp32 on the check inputs'),
+        rule: z
+          .enum(['classes', 'values', 'exact'])
+          .optional()
+          .describe('how it was judged: top class and error per row range, error per spread, or equal elements'),
+        error: z.number().optional().describe('its error, scaled to its range or spread (exact: share that differs)'),
+        max_abs: z.number().optional().describe('largest absolute difference from plain fp32'),
+        changed: z.number().optional().describe('rows whose top class changed (classes) or elements that differ'),
+        compared: z.number().optional(),
         tolerance: z.number().optional(),
-        output: z.string().optional(),
+        build_ms: z.number().optional().describe('time spent building it: compilation, check and warm-up'),
+        cached: z.boolean().optional().describe('compiled package found in the cache instead of compiled'),
         latency_ms: z
           .number()
           .optional()

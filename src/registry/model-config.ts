@@ -18,14 +18,20 @@ export type TensorSpec = z.infer<typeof TensorSpecSchema>;
 export const PRECISIONS = ['fp32', 'bf16', 'fp16', 'int8'] as const;
 export type Precision = (typeof PRECISIONS)[number];
 
-/** How the torch engine prepares fp32: TorchScript freeze or optimize_for_inference, or torch.compile. */
-export const TORCH_OPTIMIZATIONS = ['none', 'freeze', 'optimize_for_inference', 'compile'] as const;
+/**
+ * How the torch engine prepares fp32: torch.compile, an AOTInductor package compiled for the
+ * model's device (cached across restarts), or for TorchScript files freeze / optimize_for_inference.
+ */
+export const TORCH_OPTIMIZATIONS = ['none', 'compile', 'aoti', 'freeze', 'optimize_for_inference'] as const;
+/** torch.compile's modes; reduce-overhead records CUDA graphs per batch size on a GPU. */
+export const COMPILE_MODES = ['default', 'reduce-overhead', 'max-autotune-no-cudagraphs', 'max-autotune'] as const;
 /** ONNX Runtime's graph optimization levels (SessionOptions.graphOptimizationLevel). */
 export const ONNX_GRAPH_OPTIMIZATIONS = ['disabled', 'basic', 'extended', 'all'] as const;
 
 /**
- * Defaults of validation.tolerance: a variant's outputs must satisfy |variant - fp32| <=
- * tolerance * (1 + |fp32|) element by element on the check inputs, or it is rejected.
+ * Defaults of validation.tolerance: the largest error a variant may show against plain fp32 on the
+ * check inputs, by the rule for each output's kind (src/tensor/compare.ts): scaled to a class
+ * output's range or another output's spread, or the share of integer elements that differ.
  */
 export const DEFAULT_TOLERANCE: Record<Precision, number> = { fp32: 1e-4, bf16: 5e-2, fp16: 1e-2, int8: 5e-2 };
 
@@ -33,8 +39,11 @@ export const DEFAULT_TOLERANCE: Record<Precision, number> = { fp32: 1e-4, bf16: 
 // (another model's weights, or any file it can read) by `..` or an absolute path.
 const insideVersionFolder = (f: string) => !isAbsolute(f) && !f.split(/[\\/]/).includes('..');
 
-/** torchscript, export (.pt2) and eager run on the torch engine; onnx on the in-process onnx engine. */
-export const MODEL_FORMATS = ['torchscript', 'export', 'eager', 'onnx'] as const;
+/**
+ * export (torch.export .pt2), aoti (AOTInductor .pt2 package), eager and torchscript run on the
+ * torch engine; onnx on the in-process onnx engine.
+ */
+export const MODEL_FORMATS = ['export', 'aoti', 'eager', 'torchscript', 'onnx'] as const;
 export type ModelFormat = (typeof MODEL_FORMATS)[number];
 
 const LocalVersionSchema = z
@@ -150,10 +159,11 @@ export const ModelConfigSchema = z
     optimization: z
       .object({
         torch: z.enum(TORCH_OPTIMIZATIONS).default('none'),
+        compile_mode: z.enum(COMPILE_MODES).default('default'),
         onnx_graph: z.enum(ONNX_GRAPH_OPTIMIZATIONS).default('all'),
       })
       .strict()
-      .default({ torch: 'none', onnx_graph: 'all' }),
+      .default({ torch: 'none', compile_mode: 'default', onnx_graph: 'all' }),
     validation: z
       .object({ tolerance: z.partialRecord(z.enum(PRECISIONS), z.number().positive()).default({}) })
       .strict()
@@ -284,4 +294,10 @@ export function defaultVersion(cfg: ModelConfig): string {
   if (cfg.default_version !== undefined) return cfg.default_version;
   const versions = Object.keys(cfg.versions).sort((a, b) => Number(a) - Number(b));
   return versions[versions.length - 1] as string;
+}
+
+/** config.json as text: indented, with lists of plain values (shapes, labels) on one line. */
+export function configText(config: unknown): string {
+  const flat = (list: string) => `[${(JSON.parse(list) as unknown[]).map((v) => JSON.stringify(v)).join(', ')}]`;
+  return `${JSON.stringify(config, null, 2).replace(/\[[^[\]{}]*\]/g, flat)}\n`;
 }

@@ -3,7 +3,7 @@ import type { EngineRequest, VariantReport } from '../engines/engine.js';
 import { asTensorgateError, tgError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { DEFAULT_TOLERANCE, type Precision, type TensorSpec } from '../registry/model-config.js';
-import { outputError } from '../tensor/compare.js';
+import { checkOutput, describeCheck, fmt3, missingOutput, type OutputCheck, worstCheck } from '../tensor/compare.js';
 import { fromNestedArray, nestFlat } from '../tensor/nested.js';
 import { seededRandom } from '../tensor/seeded-random.js';
 import { tensorSource } from '../tensor/source.js';
@@ -44,8 +44,8 @@ export interface VariantChoice {
   why: string;
 }
 
-/** Rows given to each -1 dimension of the check's inputs. */
-const CHECK_ROWS = 2;
+/** Rows given to a -1 first dimension of the check's inputs (other -1 dimensions get 3), as the worker's check. */
+const CHECK_ROWS = 4;
 const MEASURE_RUNS = 5;
 const MEASURE_TIMEOUT_MS = 10_000;
 const STILL_LOADING = 'still loading';
@@ -166,13 +166,14 @@ export class VersionVariants {
     const own = this.primary.spec.config.engine;
     return offered.map((precision) => {
       const mine = find(own, precision);
-      const onnx = precision === 'fp32' ? find('onnx', 'fp32') : undefined;
+      // The onnx variant of a PyTorch version (an onnx model's own fp32 is `mine`).
+      const onnx = precision === 'fp32' && this.onnx ? find('onnx', 'fp32') : undefined;
       if (onnx?.state === 'ready')
         return {
           precision,
           variant: 'onnx-fp32',
           why:
-            `the ONNX export agrees with PyTorch (max abs error ${fmt(onnx.max_abs)}, tolerance ${onnx.tolerance}) ` +
+            `the ONNX export agrees with PyTorch (${accuracy(onnx)}) ` +
             'and runs in the gateway, with no worker round trip' +
             latencyNote(onnx, mine),
         };
@@ -180,8 +181,8 @@ export class VersionVariants {
         return { precision, variant: variantId({ engine: own, precision }), why: 'the model is still loading' };
       if (mine.state !== 'ready') return { precision, variant: null, why: this.describe(mine) };
       const parts = [mine.method];
-      if (mine.max_abs !== undefined)
-        parts.push(`max abs error vs fp32 ${fmt(mine.max_abs)} (tolerance ${mine.tolerance})`);
+      if (mine.error !== undefined) parts.push(`vs fp32: ${accuracy(mine)}`);
+      if (mine.build_ms !== undefined) parts.push(`built in ${Math.round(mine.build_ms)} ms`);
       if (mine.reason) parts.push(mine.reason);
       if (onnx) parts.push(`the onnx variant is ${this.describe(onnx)}`);
       return { precision, variant: variantId(mine), why: parts.join('; ') };
@@ -210,30 +211,20 @@ export class VersionVariants {
     const request = checkRequest(config.inputs, CHECK_ROWS);
     const options = { timeoutMs: MEASURE_TIMEOUT_MS };
     const [expected, actual] = await Promise.all([this.primary.infer(request, options), onnx.infer(request, options)]);
-    const errors = expected.outputs.map(({ name, tensor }) => {
-      const got = actual.outputs.find((o) => o.name === name);
-      return got
-        ? outputError(name, got.tensor, tensor, tolerance)
-        : { name, maxAbs: Infinity, maxRel: Infinity, within: false };
+    const checks = config.outputs.map((spec): OutputCheck => {
+      const want = expected.outputs.find((o) => o.name === spec.name);
+      const got = actual.outputs.find((o) => o.name === spec.name);
+      return want && got ? checkOutput(spec, got.tensor, want.tensor, tolerance) : missingOutput(spec, tolerance);
     });
-    const worst = errors.reduce((a, b) => (b.maxAbs > a.maxAbs ? b : a));
-    const report: VariantReport = {
-      ...base,
-      state: 'ready',
-      reason: undefined,
-      max_abs: Math.max(...errors.map((e) => e.maxAbs)),
-      max_rel: Math.max(...errors.map((e) => e.maxRel)),
-      tolerance,
-      output: worst.name,
-    };
-    const failed = errors.find((e) => !e.within);
-    if (failed)
+    const worst = worstCheck(checks) as OutputCheck;
+    const report: VariantReport = { ...base, state: 'ready', ...reportedCheck(worst) };
+    delete report.reason;
+    if (!worst.within)
       return {
         ...report,
         state: 'rejected',
-        reason: `output "${failed.name}" is off from PyTorch fp32 by up to ${fmt(failed.maxAbs)} (relative ${fmt(failed.maxRel)}), past the tolerance ${tolerance}`,
+        reason: `it changes the answers: ${describeCheck(worst, 'PyTorch fp32')}`,
       };
-    delete report.reason;
     return report;
   }
 
@@ -268,7 +259,7 @@ export class VersionVariants {
 export function checkRequest(specs: readonly TensorSpec[], rows: number): EngineRequest {
   const random = seededRandom(0);
   const inputs = specs.map((spec) => {
-    const shape = spec.shape.map((d) => (d === -1 ? rows : d));
+    const shape = spec.shape.map((d, axis) => (d !== -1 ? d : axis === 0 ? rows : 3));
     const float = spec.dtype.startsWith('float') || spec.dtype === 'bfloat16';
     const values = Array.from({ length: numel(shape) }, () => (float ? random() : random() < 0.5 ? 0 : 1));
     const tensor = fromNestedArray(shape.length === 0 ? values[0] : nestFlat(values, shape), spec.dtype);
@@ -277,8 +268,27 @@ export function checkRequest(specs: readonly TensorSpec[], rows: number): Engine
   return { inputs, precision: 'fp32' };
 }
 
-function fmt(n: number | undefined): string {
-  return n === undefined ? '?' : n.toExponential(2);
+/** The fields of a variant report that a check fills. */
+export function reportedCheck(c: OutputCheck): Partial<VariantReport> {
+  const finite = (n: number) => (Number.isFinite(n) ? n : undefined);
+  return {
+    output: c.output,
+    rule: c.rule,
+    error: finite(c.error),
+    max_abs: finite(c.maxAbs),
+    changed: c.changed,
+    compared: c.compared,
+    tolerance: c.tolerance,
+  };
+}
+
+/** "error 2.1e-07 of its range, no top class changed (tolerance 0.0001)" */
+function accuracy(v: VariantReport): string {
+  const error = v.error === undefined ? '?' : fmt3(v.error);
+  if (v.rule === 'exact')
+    return `${v.changed ?? '?'} of ${v.compared ?? '?'} elements differ (tolerance ${v.tolerance})`;
+  const changes = v.rule === 'classes' ? `, top class of ${v.changed ?? 0} of ${v.compared ?? '?'} rows changed` : '';
+  return `error ${error} of its ${v.rule === 'classes' ? 'range' : 'spread'}${changes}, tolerance ${v.tolerance}`;
 }
 
 function latencyNote(onnx: VariantReport, torch: VariantReport | undefined): string {

@@ -224,7 +224,7 @@ export function defineMcpSuite(kind: TransportKind): void {
       assert.ok(worst <= 0.1 * scale, `bf16 logits within 10% of the fp32 range: off by ${worst}, range ${scale}`);
     });
 
-    it('serves an eager (module:factory + state_dict) version next to the TorchScript one', async () => {
+    it('serves an eager (module:factory + state_dict) version next to the .pt2 program', async () => {
       const result = await infer(client, {
         model: 'image-classifier',
         version: '2',

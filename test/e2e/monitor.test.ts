@@ -82,7 +82,12 @@ describe('get_metrics', () => {
       'get_metrics',
       { model: 'tabular-classifier', detail: 'full' },
     );
-    assert.equal(structured.models.length, 1);
+    // One row per version: the .pt2 program (1, the default, which served) and the eager code (2).
+    assert.deepEqual(
+      structured.models.map((m) => `${m.model}@${m.version}`),
+      ['tabular-classifier@1', 'tabular-classifier@2'],
+    );
+    assert.equal(structured.models[1]?.requests, 0);
     const row = structured.models[0] as Row;
     assert.equal(row.model, 'tabular-classifier');
     assert.equal(row.state, 'ready');

@@ -59,9 +59,11 @@ describe('fault soak (bounded)', { timeout: 240_000 }, () => {
     assert.deepEqual(result.other, {}, 'every failure is retryable');
     assert.ok(result.kills >= 1, 'workers were killed');
     assert.ok(result.ok > 0);
-    const first = result.rss_mib[0]?.[1] as number;
+    // Growth past the first second is what a leak would show; the first second is the heap
+    // growing to its working size (Node 24's V8 takes more of it before collecting).
+    const warm = result.rss_mib.find(([t]) => t >= 1)?.[1] ?? (result.rss_mib[0]?.[1] as number);
     const last = result.rss_mib.at(-1)?.[1] as number;
-    assert.ok(last - first < 100, `server RSS went from ${first} to ${last} MiB`);
+    assert.ok(last - warm < 100, `server RSS went from ${warm} (after 1 s) to ${last} MiB`);
     assert.equal((await fetch(`${served.base}/v2/health/ready`)).status, 200);
     // The kills have stopped: the model serves again, on restarted workers.
     await waitHealthy(served.base, '/v2/models/adder/ready');

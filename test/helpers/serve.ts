@@ -40,6 +40,8 @@ export async function serveOne(
     workflows?: string[];
     /** Changes each copied model's config.json before the server starts. */
     editConfig?: (config: Record<string, unknown>) => void;
+    /** Runs on the models folder once the models are copied, before the server starts. */
+    prepare?: (models: string) => void | Promise<void>;
   } = {},
 ): Promise<Served> {
   const work = mkdtempSync(join(tmpdir(), 'tg-serve-'));
@@ -54,6 +56,7 @@ export async function serveOne(
   }
   for (const name of options.workflows ?? [])
     cpSync(join(ROOT, 'test', 'fixtures', 'workflows', name), join(work, 'models', name), { recursive: true });
+  await options.prepare?.(join(work, 'models'));
   const child = spawn(
     process.execPath,
     [

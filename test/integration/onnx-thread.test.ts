@@ -28,8 +28,9 @@ describe('the onnx engine off the event loop', { timeout: 120_000 }, () => {
       `import torch
 torch.manual_seed(0)
 m = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 8)).eval()
-torch.onnx.export(m, torch.zeros(1, 1024), ${JSON.stringify(join(dir, '1', 'model.onnx'))}, input_names=['x'],
-                  output_names=['y'], dynamic_axes={'x': {0: 'b'}, 'y': {0: 'b'}})`,
+torch.onnx.export(m, (torch.zeros(2, 1024),), ${JSON.stringify(join(dir, '1', 'model.onnx'))}, input_names=['x'],
+                  output_names=['y'], dynamic_shapes=({0: torch.export.Dim('b', min=1)},), external_data=False,
+                  verbose=False)`,
     ]);
     writeFileSync(
       join(dir, 'config.json'),

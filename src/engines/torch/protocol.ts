@@ -1,5 +1,7 @@
 import { z } from 'zod';
-import { PRECISIONS } from '../../registry/model-config.js';
+import { tgError } from '../../errors.js';
+import { type ModelConfig, PRECISIONS } from '../../registry/model-config.js';
+import { versionDir, versionFile } from '../../registry/repository.js';
 import { DTYPES } from '../../tensor/dtype.js';
 
 /**
@@ -53,10 +55,22 @@ export const LoadResultSchema = z.object({
         method: z.string(),
         state: z.enum(['ready', 'rejected', 'unavailable']),
         reason: z.string().optional(),
-        max_abs: z.number().optional(),
-        max_rel: z.number().optional(),
-        tolerance: z.number().optional(),
         output: z.string().optional(),
+        rule: z.enum(['classes', 'values', 'exact']).optional(),
+        // null where the error is not a finite number (a NaN in a rejected variant's outputs)
+        error: z
+          .number()
+          .nullish()
+          .transform((v) => v ?? undefined),
+        max_abs: z
+          .number()
+          .nullish()
+          .transform((v) => v ?? undefined),
+        changed: z.number().int().optional(),
+        compared: z.number().int().optional(),
+        tolerance: z.number().optional(),
+        build_ms: z.number().optional(),
+        cached: z.boolean().optional(),
       }),
     )
     .default([]),
@@ -79,6 +93,41 @@ export interface LoadRequestModel {
   device: string;
   threads: number;
   inputs: { name: string; dtype: string; shape: number[] }[];
-  outputs: { name: string; dtype: string; shape: number[] }[];
+  outputs: { name: string; dtype: string; shape: number[]; labels?: string[] }[];
   warmup_runs: number;
+  /** Rows one forward pass may get (batching.max_batch_size, else 1): exported programs must take them. */
+  max_batch_size: number;
+  /** Batch sizes a compiled variant is warmed up for, besides 1, 2 and the maximum. */
+  preferred_batch_sizes: number[];
+}
+
+/** The `model` object of a `load` request for one version of a model folder (also what the exporters take). */
+export function loadRequestModel(config: ModelConfig, version: string, dir: string): LoadRequestModel {
+  const v = config.versions[version];
+  if (!v || v.format === 'remote' || v.format === 'onnx')
+    throw tgError('INVALID_CONFIG', `version ${version} of ${config.name} is not a PyTorch model file`, {
+      model: config.name,
+      version,
+    });
+  return {
+    name: config.name,
+    version,
+    format: v.format,
+    file: versionFile(dir, version, v.file),
+    code_dir: versionDir(dir, version),
+    device: config.resources.device,
+    threads: config.resources.threads,
+    inputs: config.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
+    // Labels make an output a set of classes, which the variants' checks judge by top class.
+    outputs: config.outputs.map(({ name, dtype, shape, labels }) => ({
+      name,
+      dtype,
+      shape,
+      ...(labels ? { labels } : {}),
+    })),
+    warmup_runs: config.warmup_runs,
+    max_batch_size: config.batching?.max_batch_size ?? 1,
+    preferred_batch_sizes: config.batching?.preferred_batch_sizes ?? [],
+    ...(v.entry ? { entry: v.entry } : {}),
+  };
 }

@@ -2,7 +2,6 @@ import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
 import { DEFAULT_TOLERANCE } from '../../registry/model-config.js';
-import { versionDir, versionFile } from '../../registry/repository.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
   EngineInstance,
@@ -13,7 +12,7 @@ import type {
   NamedTensor,
 } from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
-import { InferResultSchema, type LoadRequestModel, LoadResultSchema, type TensorHeader } from './protocol.js';
+import { InferResultSchema, LoadResultSchema, loadRequestModel, type TensorHeader } from './protocol.js';
 import { WorkerProcess } from './worker-process.js';
 
 /**
@@ -25,6 +24,8 @@ let instanceCounter = 0;
 
 export interface TorchInstanceOptions {
   onLog?: Logger;
+  /** Where the worker keeps compiled variants between loads; unset: compiled at every load. */
+  cacheDir?: string;
 }
 
 export class TorchInstance implements EngineInstance {
@@ -63,25 +64,13 @@ export class TorchInstance implements EngineInstance {
     this.worker = worker;
     worker.onExitOnce((err) => this.onWorkerExit(err));
     const hello = await worker.hello;
-    const v = config.versions[version];
-    if (!v || v.format === 'remote') throw new Error(`version ${version} of ${config.name} is not a local model file`);
-    const model: LoadRequestModel = {
-      name: config.name,
-      version,
-      format: v.format,
-      file: versionFile(dir, version, v.file),
-      code_dir: versionDir(dir, version),
-      device: config.resources.device,
-      threads: config.resources.threads,
-      inputs: config.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
-      outputs: config.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape })),
-      warmup_runs: config.warmup_runs,
-      ...(v.entry ? { entry: v.entry } : {}),
-    };
+    const model = loadRequestModel(config, version, dir);
     const variants = {
       precisions: config.parameters.precision,
       torch_optimization: config.optimization.torch,
+      compile_mode: config.optimization.compile_mode,
       tolerance: { ...DEFAULT_TOLERANCE, ...config.validation.tolerance },
+      ...(this.options.cacheDir ? { cache_dir: this.options.cacheDir } : {}),
     };
     const loaded = LoadResultSchema.parse(await this.loadWithin(worker, { model, variants }));
     return {
