@@ -20,6 +20,12 @@ export interface SoakOptions {
   total: number;
   concurrency: number;
   killEveryMs: number;
+  /**
+   * Kill only while the model is ready (its OIP ready route answers 200): only workers that serve,
+   * never one still restarting. Without it a kill may land on a restart, as a real fault may; with
+   * one instance and restarts slower than the kill interval the model then never serves again.
+   */
+  onlyServing?: boolean;
   /** A request not answered within this is counted as hung (and abandoned). */
   deadlineMs: number;
 }
@@ -84,7 +90,12 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
   const sampler = setInterval(() => {
     rss.push([Math.round((performance.now() - started) / 100) / 10, rssMib(opts.serverPid)]);
   }, 1000);
-  const killer = setInterval(() => {
+  const ready = () =>
+    fetch(`${opts.base}/v2/models/${opts.model}/ready`, { signal: AbortSignal.timeout(1000) })
+      .then((r) => r.status === 200)
+      .catch(() => false);
+  const killer = setInterval(async () => {
+    if (opts.onlyServing && !(await ready())) return;
     const workers = workerPids(opts.serverPid);
     const victim = workers[Math.floor(Math.random() * workers.length)];
     if (victim === undefined) return;

@@ -47,7 +47,9 @@ after(async () => {
   await server?.close();
 });
 
-const field = (model: string, name: string) => page.locator(`[data-model="${model}"] [data-field="${name}"]`);
+/** A field of a model's card for version 1 (the demo tabular model also has version 2, eager). */
+const field = (model: string, name: string) =>
+  page.locator(`[data-model="${model}"][data-version="1"] [data-field="${name}"]`);
 
 async function infer(body: unknown): Promise<number> {
   const response = await fetch(`${base}/v2/models/tabular-classifier/infer`, {
@@ -89,7 +91,9 @@ describe('dashboard', () => {
     await page.goto(`${base}/dashboard`);
     await page.waitForSelector('#status[data-state="live"]');
     await page.waitForFunction(
-      () => document.querySelector('[data-model="tabular-classifier"] [data-field="state"]')?.textContent === 'ready',
+      () =>
+        document.querySelector('[data-model="tabular-classifier"][data-version="1"] [data-field="state"]')
+          ?.textContent === 'ready',
     );
     for (const name of names)
       assert.equal((await page.locator(`article[data-model="${name}"]`).count()) > 0, true, name);
@@ -107,8 +111,10 @@ describe('dashboard', () => {
 
     await page.waitForFunction(
       (expected) =>
-        Number(document.querySelector('[data-model="tabular-classifier"] [data-field="requests"]')?.textContent) >=
-        expected,
+        Number(
+          document.querySelector('[data-model="tabular-classifier"][data-version="1"] [data-field="requests"]')
+            ?.textContent,
+        ) >= expected,
       before + 7,
       { timeout: 10_000 },
     );
@@ -117,8 +123,13 @@ describe('dashboard', () => {
     assert.equal(await field('tabular-classifier', 'batch').textContent(), '2');
     assert.match((await field('tabular-classifier', 'errors').textContent()) ?? '', /^[1-9][\d.]*%$/);
     assert.match((await field('tabular-classifier', 'top-errors').textContent()) ?? '', /SHAPE_MISMATCH ×1/);
-    assert.ok((await page.locator('[data-model="tabular-classifier"] .stage[data-stage]').count()) > 0);
-    assert.ok((await page.locator('[data-model="tabular-classifier"] .uplot').count()) === 2, 'two charts');
+    assert.ok(
+      (await page.locator('[data-model="tabular-classifier"][data-version="1"] .stage[data-stage]').count()) > 0,
+    );
+    assert.ok(
+      (await page.locator('[data-model="tabular-classifier"][data-version="1"] .uplot').count()) === 2,
+      'two charts',
+    );
 
     // Let the charts gather a few points, then keep a picture of it.
     for (let i = 0; i < 3; i++) {

@@ -294,9 +294,10 @@ describe('MCP Inspector CLI (mcp-inspector --cli) over stdio', {
       [FIXTURE_MODEL],
     );
     assert.equal(models[0]?.default_version, '1');
+    // Version 1 is the .pt2 program, version 2 the same weights as eager code.
     assert.deepEqual(
       models[0]?.versions.map((v) => v.version),
-      ['1'],
+      ['1', '2'],
     );
     assert.equal(typeof models[0]?.versions[0]?.state, 'string');
   });
