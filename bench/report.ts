@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { renderBatching } from './batching/render.js';
 import { renderEngines } from './engines/render.js';
+import { renderGpuCheck } from './gpu/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
@@ -56,6 +57,7 @@ const RENDERERS: Record<string, Renderer> = {
   workflows: renderWorkflows,
   remote: renderRemote,
   engines: renderEngines,
+  'gpu-check': renderGpuCheck,
 };
 
 function loadResults(dir: string): ResultFile[] {
@@ -103,9 +105,16 @@ function main(): void {
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
     'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
-    'node --import tsx bench/engines/run.ts                # about 13 minutes on 2 cores',
+    'node --import tsx bench/engines/run.ts                # about 15 minutes on 2 cores',
+    '.tensorgate/venv/bin/python bench/gpu/check.py        # on a CUDA machine (--device cpu elsewhere): about 2 minutes',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
+    '',
+    'Sections keep the machine and runtime of their last run (Node and torch versions included): the',
+    'engines section is measured on torch 2.15 and Node 24; sections run before that on torch 1.13 and',
+    'Node 20 stay as measured until they are run again. `bench/gpu/check.py` (`.pt2`, AOTInductor,',
+    '`torch.compile` and TorchScript served on CUDA against an in-process forward, bf16 and fp16',
+    "variants, the workers' GPU memory) gets its section once it has run on a GPU.",
     '',
     sections.length ? sections.join('\n') : '_No results yet: run a benchmark first._\n',
   ].join('\n');

@@ -16,8 +16,9 @@ checks, for each model:
   where asked, bf16 and fp16 accepted;
 - the GPU memory of its worker (``tensorgate_worker_gpu_memory_bytes`` in /metrics).
 
-Writes ``gpu-check.json`` under ``--out`` (``$OUT`` on the device tool, else bench/results) and
-prints a line per check; exits 1 if one fails. ``--device cpu`` runs the same on a CPU machine
+Writes ``gpu-check-<time>.json`` under ``--out`` (``$OUT`` on the device tool, else bench/results,
+which bench/report.ts renders into docs/benchmarks.md) with the server's log beside it, and prints
+a line per check; exits 1 if one fails. ``--device cpu`` runs the same on a CPU machine
 (no GPU memory), to try the script before spending device time.
 """
 
@@ -86,9 +87,8 @@ def build_repository(work: Path) -> Path:
     config = json.loads((scripted / "config.json").read_text())
     config["versions"] = {"1": {"format": "torchscript", "file": "model.pt"}}
     (scripted / "config.json").write_text(json.dumps(config, indent=2))
-    # An AOTInductor package made by the CLI, for the device.
-    tensorgate(work, "export", str(repo / "image-eager"), "--format", "aoti", "--device", DEVICE,
-               "--out", str(repo / "image-aoti"))  # fmt: skip
+    # An AOTInductor package made by the CLI, for the device: repo/image-eager-aoti.
+    tensorgate(work, "export", str(repo / "image-eager"), "--format", "aoti", "--device", DEVICE)
     return repo
 
 
@@ -171,6 +171,52 @@ def reference(repo: Path, model: str, x: torch.Tensor) -> torch.Tensor:
     return (out if isinstance(out, torch.Tensor) else next(iter(out.values()))).float().cpu()
 
 
+def check_model(base: str, mcp: Mcp, repo: Path, model: str) -> dict[str, Any]:
+    """One model's answer against a plain forward, its variants, and its worker's GPU memory."""
+    config = json.loads((repo / model / "config.json").read_text())
+    spec = config["inputs"][0]
+    shape = [ROWS if d == -1 else d for d in spec["shape"]]
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(3))
+    body = {"inputs": [{"name": spec["name"], "shape": shape, "datatype": "FP32",
+                        "data": x.flatten().tolist()}]}  # fmt: skip
+    _, text = http(f"{base}/v2/models/{model}/infer", body)
+    answer = json.loads(text)["outputs"][0]
+    got = torch.tensor(answer["data"]).reshape(answer["shape"])
+    out = config["outputs"][0]
+    labelled = bool(out.get("labels"))
+    spec_out = TensorSpec(out["name"], torch.float32, out["shape"], labels=labelled)
+    check = check_output(spec_out, got, reference(repo, model, x), FP32_TOLERANCE)
+    described = mcp.tool("describe_model", {"model": model})["structuredContent"]
+    variants = described["versions"][0].get("variants", [])
+    metrics = http(f"{base}/metrics")[1]
+    gpu = [
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith(GPU_METRIC) and f'model="{model}"' in line
+    ]
+    fp32 = next((v for v in variants if v["precision"] == "fp32"), {})
+    compiled = config.get("optimization", {}).get("torch") in ("compile", "aoti")
+    ok = (
+        check.within
+        and all(v["state"] == "ready" for v in variants)
+        and not (compiled and fp32.get("method") == "plain")
+    )
+    row = {
+        "model": model,
+        "format": config["versions"]["1"]["format"],
+        "served_vs_in_process": {**check.report(), "within": check.within},
+        "variants": variants,
+        "worker_gpu_memory_mb": round(sum(gpu) / 2**20, 1) if gpu else None,
+        "ok": ok,
+    }
+    print(
+        f"{'ok ' if ok else 'BAD'} {model}: {check.describe()}; variants "
+        + ", ".join(f"{v['precision']} {v['state']} ({v['method']})" for v in variants)
+        + (f"; worker GPU memory {row['worker_gpu_memory_mb']} MB" if gpu else "")
+    )
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -216,52 +262,13 @@ def main() -> int:
         mcp = Mcp(f"{base}/mcp")
         time.sleep(5)  # GPU memory is sampled from nvidia-smi every few seconds
         for model in sorted(p.name for p in repo.iterdir()):
-            config = json.loads((repo / model / "config.json").read_text())
-            spec = config["inputs"][0]
-            shape = [ROWS if d == -1 else d for d in spec["shape"]]
-            x = torch.rand(shape, generator=torch.Generator().manual_seed(3))
-            body = {"inputs": [{"name": spec["name"], "shape": shape, "datatype": "FP32",
-                                "data": x.flatten().tolist()}]}  # fmt: skip
-            _, text = http(f"{base}/v2/models/{model}/infer", body)
-            answer = json.loads(text)["outputs"][0]
-            got = torch.tensor(answer["data"]).reshape(answer["shape"])
-            out = config["outputs"][0]
-            check = check_output(
-                TensorSpec(
-                    out["name"], torch.float32, out["shape"], labels=bool(out.get("labels"))
-                ),
-                got,
-                reference(repo, model, x),
-                FP32_TOLERANCE,
-            )
-            described = mcp.tool("describe_model", {"model": model})["structuredContent"]
-            variants = described["versions"][0].get("variants", [])
-            metrics = http(f"{base}/metrics")[1]
-            gpu = [
-                float(line.split()[-1])
-                for line in metrics.splitlines()
-                if line.startswith(GPU_METRIC) and f'model="{model}"' in line
-            ]
-            row = {
-                "model": model,
-                "format": config["versions"]["1"]["format"],
-                "served_vs_in_process": {**check.report(), "within": check.within},
-                "variants": variants,
-                "worker_gpu_memory_mb": round(sum(gpu) / 2**20, 1) if gpu else None,
-            }
-            ok = check.within and all(v["state"] == "ready" for v in variants)
-            want_compiled = config.get("optimization", {}).get("torch") in ("compile", "aoti")
-            fp32 = next((v for v in variants if v["precision"] == "fp32"), {})
-            if want_compiled and fp32.get("method") == "plain":
-                ok = False
-            row["ok"] = ok
-            failed += not ok
+            try:
+                row = check_model(base, mcp, repo, model)
+            except Exception as exc:  # noqa: BLE001 - a failed model is a result, the others go on
+                row = {"model": model, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                print(f"BAD {model}: {row['error']}")
+            failed += not row["ok"]
             results.append(row)
-            print(
-                f"{'ok ' if ok else 'BAD'} {model}: {check.describe()}; variants "
-                + ", ".join(f"{v['precision']} {v['state']} ({v['method']})" for v in variants)
-                + (f"; worker GPU memory {row['worker_gpu_memory_mb']} MB" if gpu else "")
-            )
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -276,9 +283,10 @@ def main() -> int:
         "seconds": round(time.perf_counter() - started, 1),
         "models": results,
     }
-    (out / "gpu-check.json").write_text(json.dumps(report, indent=2))
-    shutil.copy(work / "server.log", out / "gpu-check-server.log")
-    print(f"wrote {out / 'gpu-check.json'}: {len(results) - failed} of {len(results)} ok")
+    stamp = report["date"].replace(":", "-")[:19]
+    (out / f"gpu-check-{stamp}.json").write_text(json.dumps(report, indent=2))
+    shutil.copy(work / "server.log", out / f"gpu-check-{stamp}-server.log")
+    print(f"wrote {out}/gpu-check-{stamp}.json: {len(results) - failed} of {len(results)} ok")
     return 1 if failed else 0
 
 
