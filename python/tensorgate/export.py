@@ -19,9 +19,7 @@ Prints one JSON line: ``{"ok": true, "format", "device", "torch", "checks": [...
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +27,7 @@ import torch
 from ._accuracy import check_outputs, worst
 from ._errors import WorkerError
 from ._export import EXPORT_FAILED, compile_package, example_inputs, export_program
+from ._jobs import run_job
 from ._loader import ModelSpec, load_model
 from ._outputs import name_outputs
 
@@ -74,13 +73,7 @@ def export(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    job = json.loads(Path(sys.argv[1]).read_text())
-    try:
-        result = export(job)
-    except WorkerError as exc:
-        result = {"ok": False, "code": exc.code, "message": exc.message}
-    print(json.dumps(result))
-    return 0
+    return run_job(export)
 
 
 if __name__ == "__main__":

@@ -17,17 +17,16 @@ Prints one JSON line: ``{"ok": true, "opset": N, "tensors": [{name, dtype, shape
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ._errors import WorkerError
 from ._export import EXPORT_FAILED, example_inputs, export_module, onnx_export
+from ._jobs import run_job
 from ._loader import ModelSpec, load_model
-from ._runner import name_outputs
+from ._outputs import name_outputs
 
 CHECK_ROWS = 3
 
@@ -61,13 +60,7 @@ def export(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    job = json.loads(Path(sys.argv[1]).read_text())
-    try:
-        result = export(job)
-    except WorkerError as exc:
-        result = {"ok": False, "code": exc.code, "message": exc.message}
-    print(json.dumps(result))
-    return 0
+    return run_job(export)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ Outputs are named from the model's return value: a dict's keys, ``output`` for o
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import torch
 from ._dtypes import NAMES
 from ._errors import BAD_PARAMETER, WorkerError
 from ._export import example_inputs
+from ._jobs import run_job
 from ._loader import ModelSpec, load_model, program_dims, pt2_kind
 
 INVALID_CONFIG = "INVALID_CONFIG"
@@ -150,13 +150,7 @@ def introspect(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    job = json.loads(Path(sys.argv[1]).read_text())
-    try:
-        result = introspect(job)
-    except WorkerError as exc:
-        result = {"ok": False, "code": exc.code, "message": exc.message}
-    print(json.dumps(result))
-    return 0
+    return run_job(introspect)
 
 
 if __name__ == "__main__":

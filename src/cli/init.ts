@@ -1,5 +1,6 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
+import { ORT_TYPES } from '../engines/onnx/ort-types.js';
 import { tgError } from '../errors.js';
 import { configText, parseModelConfig, type TensorSpec } from '../registry/model-config.js';
 import { DTYPES, type DType } from '../tensor/dtype.js';
@@ -136,17 +137,8 @@ async function fromTorch(file: string, inputs: TensorSpec[], entry: string | und
   return result;
 }
 
-const ORT_DTYPES: Record<string, DType> = {
-  float32: 'float32',
-  float64: 'float64',
-  float16: 'float16',
-  int8: 'int8',
-  uint8: 'uint8',
-  int16: 'int16',
-  int32: 'int32',
-  int64: 'int64',
-  bool: 'bool',
-};
+/** ONNX Runtime's element type names back to tensorgate's dtypes. */
+const ORT_DTYPES = new Map(Object.entries(ORT_TYPES).map(([dtype, ort]) => [ort as string, dtype as DType]));
 
 async function fromOnnx(file: string): Promise<Introspection> {
   const ort = await import('onnxruntime-node');
@@ -162,11 +154,11 @@ async function fromOnnx(file: string): Promise<Introspection> {
   try {
     const specs = (metadata: typeof session.inputMetadata): TensorSpec[] =>
       metadata.map((m) => {
-        const dtype = m.isTensor ? ORT_DTYPES[m.type] : undefined;
+        const dtype = m.isTensor ? ORT_DTYPES.get(m.type) : undefined;
         if (!m.isTensor || !dtype)
           throw tgError(
             'INVALID_CONFIG',
-            `"${m.name}" of ${basename(file)} is ${m.isTensor ? m.type : 'not a tensor'}; tensorgate carries ${Object.keys(ORT_DTYPES).join(', ')}`,
+            `"${m.name}" of ${basename(file)} is ${m.isTensor ? m.type : 'not a tensor'}; tensorgate carries ${[...ORT_DTYPES.keys()].join(', ')}`,
           );
         return { name: m.name, dtype, shape: m.shape.map((d) => (typeof d === 'number' && d >= 0 ? d : -1)) };
       });

@@ -6,7 +6,6 @@ import { Worker } from 'node:worker_threads';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { TensorSpec } from '../../registry/model-config.js';
 import { dtypeSize } from '../../tensor/dtype.js';
-import type { Tensor } from '../../tensor/tensor.js';
 import type {
   Engine,
   EngineInstance,
@@ -16,6 +15,7 @@ import type {
   ModelVersionSpec,
   NamedTensor,
 } from '../engine.js';
+import { ORT_TYPES } from './ort-types.js';
 import type { FromThread, GraphValue, ThreadOptions, ThreadTensor, ToThread } from './protocol.js';
 import { openSession, runSession, type Session } from './session.js';
 
@@ -35,19 +35,6 @@ import { openSession, runSession, type Session } from './session.js';
  * larger than that one there, where they block the event loop less than parsing a request body
  * does. Larger passes still go to the thread. bench/engines measures the difference.
  */
-
-/** ONNX Runtime's element type names for tensorgate's dtypes (it has no bfloat16). */
-const ORT_TYPES: Partial<Record<Tensor['dtype'], string>> = {
-  float32: 'float32',
-  float64: 'float64',
-  float16: 'float16',
-  int8: 'int8',
-  uint8: 'uint8',
-  int16: 'int16',
-  int32: 'int32',
-  int64: 'int64',
-  bool: 'bool',
-};
 
 /** A full batch that computes faster than this runs on the gateway's thread (see above). */
 export const INLINE_MAX_MS = 0.2;
