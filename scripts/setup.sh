@@ -93,7 +93,17 @@ fi
 
 if [[ $want_test == 1 ]]; then
   step "installing test tools"
-  if ! "$PYTHON" -m pytest --version >/dev/null 2>&1 || ! "$PYTHON" -m ruff --version 2>/dev/null | grep -q 0.17.6; then
+  # pytest, ruff and the reference safetensors, at python/requirements-test.txt's pins.
+  if ! "$PYTHON" - python/requirements-test.txt <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+pins = [l.split("==") for l in open(sys.argv[1]) if "==" in l and not l.startswith("#")]
+try:
+    sys.exit(0 if all(version(n) == v.strip() for n, v in pins) else 1)
+except PackageNotFoundError:
+    sys.exit(1)
+PY
+  then
     "$PYTHON" -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
   fi
   # The oldest torch tensorgate supports, for the Python tests (another 5 GB, about a minute).
