@@ -79,7 +79,7 @@ export function renderTraining(files: unknown[]): string {
       `**${r.micro.float.cost_us.toFixed(2)} µs** with a Python float loss, **${r.micro.cpu_tensor.cost_us.toFixed(2)} µs** with a 0-d CPU tensor loss. ` +
       'In place, after a training step has pushed the SDK out of the CPU caches, the same calls take the "in-loop calls" time above; about 4 µs of it is torch reading the CPU loss tensor (`.item()`), which the naive mode pays too.',
     '',
-    'Targets: sdk within 0.5% of none; the SDK at most 5 µs per step. On CUDA, `bench/training/cuda_check.py` runs the loop under `torch.cuda.set_sync_debug_mode("error")` (any device sync raises) with and without the SDK; it needs a GPU machine and has no result here yet.',
+    'Targets: sdk within 0.5% of none; the SDK at most 5 µs per step. On CUDA, see the next section (bench/training/gpu.py).',
     '',
   ];
   if (runs.length > 1) {

@@ -20,9 +20,12 @@
 The SDK talks to the gateway through one shared-memory file and nothing else: each step it writes
 its step number and metrics there and reads one 8-byte sequence number to learn whether the
 gateway wrote a change. It never opens a socket, never waits for the gateway, never takes a lock
-the gateway holds and never synchronises a CUDA device: device tensors are reduced on the device,
-copied to pinned memory without blocking and published once their CUDA event has completed. If the
-gateway is absent, dies or restarts, the loop runs on unchanged.
+the gateway holds and never synchronises a CUDA device. A CUDA tensor costs the step only a
+reference: every ``_FLUSH_INTERVAL_S`` the values held since are reduced on the device in one
+stack, copied to pinned memory in one copy without blocking, and published once that copy's
+CUDA event has completed (checked, never waited for, at the next flush). ``log_every=N`` makes
+the steps between every N-th return at once. If the gateway is absent, dies or restarts, the loop
+runs on unchanged.
 
 Hyperparameters are declared at attach with their type and range; the gateway checks every change
 against them, and the SDK checks again before applying. Names that exist in the optimizer's
@@ -79,7 +82,16 @@ __all__ = ["Run", "attach", "default_runs_dir"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TYPES = ("float", "int", "bool")
 _PAUSE_POLL_S = 0.02
+#: Device metrics are held by reference and staged together this often (seconds, wall clock), or
+#: sooner when _FLUSH_MAX_VALUES of them wait: one stack and one copy for many steps' values.
+_FLUSH_INTERVAL_S = 0.05
+_FLUSH_MAX_VALUES = 1024
+#: Pinned staging buffers (each _FLUSH_MAX_VALUES floats, with one reused CUDA event); when all
+#: are in flight the device is far behind and new values are dropped, never waited for.
 _PINNED_BUFFERS = 8
+#: Tensors of these device types take the staged path; the others are read at once. Tests add
+#: "cpu" to exercise the staging on a machine without a GPU.
+_STAGED_DEVICE_TYPES = frozenset({"cuda"})
 #: The agreement all-reduce buffers of every run of the process (two per run; see Run._agree).
 _KEEP_ALIVE: list = []
 
@@ -172,6 +184,7 @@ class Run:
         dist: Any,
         group: Any,
         sync_every: int,
+        log_every: int = 1,
     ) -> None:
         self.name = name
         self._specs = specs
@@ -199,8 +212,16 @@ class Run:
         self._agree_tensor: Any = None
         self._agree_buffers: list | None = None
         self._agree_flip = 0
+        self._log_every = log_every
+        # Device values logged since the last flush: (tensor, step, time, index, version).
+        self._pending: list = []
+        self._flushed_at = 0.0
+        self._stage_host = "cpu" in _STAGED_DEVICE_TYPES
+        # Flushes whose copy may still run: (event, buffer, metas); and free (buffer, event) pairs.
         self._staged: deque = deque()
         self._free_pinned: list = []
+        self._pinned_made = 0
+        self._warned_stale = False
         self.dropped_metrics = 0
         if file is not None:
             file.write_slot(rank, self._slot)
@@ -235,14 +256,16 @@ class Run:
 
     def log(self, step: int, **metrics: object) -> None:
         """Publishes metrics for ``step``: Python numbers, or tensors on any device (a tensor of
-        several elements is published as its mean). Never blocks, never syncs a device."""
+        several elements is published as its mean). Never blocks, never syncs a device.
+
+        A CUDA tensor is read later, within ``_FLUSH_INTERVAL_S``: do not change it in place
+        after logging it (log ``t.clone()`` of an accumulator); a value changed in place before
+        it was read is dropped with a warning rather than published wrong."""
         ring = self._metrics
-        if ring is None:
+        if ring is None or step % self._log_every:
             return
-        if self._staged:
-            self._publish_staged()
         now = time.time()
-        device_items = None
+        pending = self._pending
         for name, value in metrics.items():
             index = self._metric_index.get(name)
             if index is None:
@@ -251,15 +274,21 @@ class Run:
                     continue
             kind = type(value)
             if kind is not float and kind is not int:
-                if getattr(value, "is_cuda", False):
-                    device_items = device_items or []
-                    device_items.append((index, value))
+                if getattr(value, "is_cuda", False) or (
+                    self._stage_host and hasattr(value, "detach")
+                ):
+                    if value.requires_grad:
+                        value = value.detach()  # keep the value, not the autograd graph
+                    pending.append((value, step, now, index, value._version))
                     continue
                 value = _host_value(value)
             ring.append_metric(step, now, index, value)
-        if device_items:
-            self._stage(step, now, device_items)
-            self._busy = True
+        if pending and (
+            now - self._flushed_at >= _FLUSH_INTERVAL_S
+            or len(pending) >= _FLUSH_MAX_VALUES
+            or now < self._flushed_at  # the wall clock went back
+        ):
+            self._flush(now)
 
     def apply(self, optimizer: Any = None, step: int | None = None, scheduler: Any = None) -> None:
         """Call once per optimizer step, after ``backward`` and before ``optimizer.step()``.
@@ -285,8 +314,6 @@ class Run:
     def _apply_slow(self, step: int, optimizer: Any, scheduler: Any) -> None:
         if self._file.control_seq() != self._seen_seq:
             self._observe()
-        if self._staged:
-            self._publish_staged()
         if self._dist is None:
             if self._queue and self._queue[0].apply_at_step <= step:
                 self._apply_due(step, optimizer, scheduler, None)
@@ -295,7 +322,7 @@ class Run:
         if self._paused and not self._should_stop:
             self._wait_while_paused(step, optimizer, scheduler)
         # Stay on the slow path while anything may need a look next step.
-        self._busy = bool(self._staged or self._queue or self._paused) or self._dist is not None
+        self._busy = bool(self._queue or self._paused) or self._dist is not None
 
     def close(self) -> None:
         """Marks the run finished. Called at interpreter exit too; safe to call twice."""
@@ -303,6 +330,8 @@ class Run:
         if f is None:
             return
         atexit.unregister(self.close)
+        with contextlib.suppress(Exception):  # a device in error loses its last values, no more
+            self._drain()
         self._metrics = None
         if self._agree_work is not None:
             # A rank that died first leaves nothing to agree on.
@@ -448,32 +477,85 @@ class Run:
         self._metric_index[name] = index
         return index
 
-    def _stage(self, step: int, now: float, items: list) -> None:
-        """Device tensors: reduce on the device, copy to pinned memory without blocking, and
-        publish when the copy's event has completed (checked without waiting, next call)."""
-        torch = sys.modules["torch"]
-        if not self._free_pinned and len(self._staged) < _PINNED_BUFFERS:
-            self._free_pinned.append(torch.empty(MAX_METRICS, dtype=torch.float32, pin_memory=True))
-        if not self._free_pinned:
-            self.dropped_metrics += len(items)  # the device is far behind: drop, never wait
+    def _flush(self, now: float) -> None:
+        """Stages the device values held since the last flush: one stack per device (each
+        value reduced to its mean on its device), one non-blocking copy to a pinned buffer, one
+        event. Publishes the flushes whose event has completed first, without waiting."""
+        self._flushed_at = now
+        pending, self._pending = self._pending, []
+        if self._staged:
+            self._publish_staged()
+        fresh = [p for p in pending if p[0]._version == p[4]]
+        if len(fresh) < len(pending):
+            self._drop_stale(len(pending) - len(fresh))
+        if not fresh:
             return
-        buffer = self._free_pinned.pop()
-        device = items[0][1].device
-        reduced = torch.stack(
-            [t.detach().to(device, non_blocking=True).float().mean() for _, t in items]
-        )
-        buffer[: len(items)].copy_(reduced, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(device))
-        self._staged.append((event, buffer, step, now, [index for index, _ in items]))
+        torch = sys.modules["torch"]
+        values = [t if t.dim() == 0 else t.float().mean() for t, *_ in fresh]
+        metas = [meta for _, *meta in fresh]
+        try:
+            groups = [(torch.stack(values), metas)]
+        except RuntimeError:  # tensors on several devices: a stack per device
+            by_device: dict = {}
+            for t, m in zip(values, metas):
+                ts, ms = by_device.setdefault(t.device, ([], []))
+                ts.append(t)
+                ms.append(m)
+            groups = [(torch.stack(ts), ms) for ts, ms in by_device.values()]
+        for stacked, group_metas in groups:
+            if stacked.dtype != torch.float32:
+                stacked = stacked.float()
+            if stacked.is_cuda:
+                self._copy_to_host(torch, stacked, group_metas)
+            else:
+                self._append(group_metas, stacked.tolist())
 
-    def _publish_staged(self) -> None:
-        staged, f = self._staged, self._metrics
-        while staged and staged[0][0].query():
-            _, buffer, step, now, indices = staged.popleft()
-            for index, value in zip(indices, buffer[: len(indices)].tolist()):
-                f.append_metric(step, now, index, value)
-            self._free_pinned.append(buffer)
+    def _copy_to_host(self, torch: Any, stacked: Any, metas: list) -> None:
+        if not self._free_pinned and self._pinned_made < _PINNED_BUFFERS:
+            self._pinned_made += 1
+            buffer = torch.empty(_FLUSH_MAX_VALUES, dtype=torch.float32, pin_memory=True)
+            self._free_pinned.append((buffer, torch.cuda.Event()))
+        if not self._free_pinned:
+            self.dropped_metrics += len(metas)  # the device is far behind: drop, never wait
+            return
+        buffer, event = self._free_pinned.pop()
+        buffer[: len(metas)].copy_(stacked, non_blocking=True)
+        event.record(torch.cuda.current_stream(stacked.device))
+        self._staged.append((event, buffer, metas))
+
+    def _publish_staged(self, wait: bool = False) -> None:
+        staged = self._staged
+        while staged and (wait or staged[0][0].query()):
+            event, buffer, metas = staged.popleft()
+            if wait:
+                event.synchronize()
+            self._append(metas, buffer[: len(metas)].tolist())
+            self._free_pinned.append((buffer, event))
+
+    def _append(self, metas: list, values: list) -> None:
+        append = self._metrics.append_metric
+        for (step, now, index, _version), value in zip(metas, values):
+            append(step, now, index, value)
+
+    def _drain(self) -> None:
+        """At close: stage what is held and publish everything staged. The run is over, so this
+        one place waits for the device's copies."""
+        if self._metrics is None:
+            return
+        if self._pending:
+            self._flush(time.time())
+        self._publish_staged(wait=True)
+
+    def _drop_stale(self, count: int) -> None:
+        self.dropped_metrics += count
+        if not self._warned_stale:
+            self._warned_stale = True
+            warnings.warn(
+                "tensorgate: a logged tensor was changed in place before it was read, so its "
+                "value was dropped; log a copy (t.clone() or t.detach().clone()) of tensors the "
+                "loop keeps changing",
+                stacklevel=4,
+            )
 
 
 def _host_value(value: object) -> float:
@@ -494,13 +576,16 @@ def attach(
     runs_dir: str | None = None,
     sync_every: int = 10,
     ring_capacity: int = DEFAULT_RING_CAPACITY,
+    log_every: int = 1,
 ) -> Run:
     """Declares a run and its hyperparameters and opens its run file.
 
     ``spec`` maps a hyperparameter to ``{"type": "float"|"int"|"bool", "min": x, "max": y}``
     (type defaults to that of the initial value). ``on_checkpoint(step)`` saves a checkpoint and
-    may return its path. When the run file cannot be made (no shared memory, a full /dev/shm),
-    training goes on detached, with a warning: ``log`` and ``apply`` then do nothing.
+    may return its path. ``log_every=N`` publishes the metrics of every N-th step only (steps
+    where ``step % N == 0``); ``log`` returns at once on the others. When the run file cannot be
+    made (no shared memory, a full /dev/shm), training goes on detached, with a warning: ``log``
+    and ``apply`` then do nothing.
     """
     if not _NAME.match(name):
         raise ValueError(f"run name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
@@ -508,6 +593,8 @@ def attach(
         raise ValueError("scheduler must be 'override' or 'scale'")
     if sync_every < 1:
         raise ValueError("sync_every must be at least 1")
+    if not isinstance(log_every, int) or log_every < 1:
+        raise ValueError("log_every must be a whole number of at least 1")
     spec = spec or {}
     unknown = set(spec) - set(hparams)
     if unknown:
@@ -537,7 +624,9 @@ def attach(
         if file is not None and int(attached[0]) == 0:
             file.close()
             file = None
-    return Run(name, specs, on_checkpoint, scheduler, file, rank, dist, group, sync_every)
+    return Run(
+        name, specs, on_checkpoint, scheduler, file, rank, dist, group, sync_every, log_every
+    )
 
 
 def _create(

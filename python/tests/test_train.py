@@ -36,7 +36,12 @@ def write_control(run: train.Run, version, values, apply_at=0, paused=False, sto
 
 
 def ring(run: train.Run):
-    mm = RunFile.open(run.path).mm
+    return ring_at(run.path)
+
+
+def ring_at(path: str):
+    """The metrics ring of a run file, also after its run closed."""
+    mm = RunFile.open(path).mm
     head = struct.unpack_from("<Q", mm, RING)[0]
     count = struct.unpack_from("<I", mm, NAMES)[0]
     names = [
@@ -131,6 +136,65 @@ def test_log_takes_numbers_and_tensors(runs_dir):
         (0, "v", 2.0),
         (1, "loss", pytest.approx(float("nan"), nan_ok=True)),
     ]
+
+
+@pytest.fixture
+def staged_on_cpu(monkeypatch):
+    """CPU tensors take the staged path that CUDA tensors take (held by reference, stacked and
+    published every flush), so the staging runs on a machine without a GPU."""
+    monkeypatch.setattr(train, "_STAGED_DEVICE_TYPES", frozenset({"cuda", "cpu"}))
+
+
+def test_staged_metrics_logged_every_step_arrive_in_order_and_complete(runs_dir, staged_on_cpu):
+    run = train.attach("staged", {"lr": 0.1}, runs_dir=runs_dir)
+    path = run.path
+    weight = torch.ones(3, requires_grad=True)
+    expected = []
+    for step in range(500):
+        loss = (weight * step).sum()  # has an autograd graph: held detached
+        accuracy = torch.tensor([step % 2, 1.0])  # several elements: published as the mean
+        run.log(step, loss=loss, accuracy=accuracy, lr=0.1)
+        run.apply(None, step)
+        expected += [(step, "lr", 0.1)]
+        if step == 0:
+            # The first flush happens at once; the next ones only every _FLUSH_INTERVAL_S.
+            assert ring(run) == [(0, "lr", 0.1), (0, "loss", 0.0), (0, "accuracy", 0.5)]
+    assert len(run._pending) > 0, "values wait for the next flush instead of being read per step"
+    run.close()
+    entries = ring_at(path)
+    host = [e for e in entries if e[1] == "lr"]
+    staged = [e for e in entries if e[1] != "lr"]
+    assert host == expected
+    assert staged == [
+        (step, name, value)
+        for step in range(500)
+        for name, value in (("loss", 3.0 * step), ("accuracy", (step % 2 + 1.0) / 2))
+    ]
+    assert run.dropped_metrics == 0
+
+
+def test_a_staged_tensor_changed_in_place_before_it_is_read_is_dropped(runs_dir, staged_on_cpu):
+    run = train.attach("inplace", {"lr": 0.1}, runs_dir=runs_dir)
+    path = run.path
+    total = torch.zeros(())
+    run.log(0, total=total)  # the first log flushes at once
+    total += 1.0
+    run.log(1, total=total)
+    total += 1.0  # changed before the flush read step 1's value
+    run.log(2, copy=total.clone())
+    with pytest.warns(UserWarning, match="changed in place"):
+        run.close()
+    assert ring_at(path) == [(0, "total", 0.0), (2, "copy", 2.0)]
+    assert run.dropped_metrics == 1
+
+
+def test_log_every_publishes_every_nth_step_only(runs_dir):
+    run = train.attach("sparse", {"lr": 0.1}, runs_dir=runs_dir, log_every=10)
+    for step in range(35):
+        run.log(step, loss=float(step))
+    assert ring(run) == [(step, "loss", float(step)) for step in (0, 10, 20, 30)]
+    with pytest.raises(ValueError, match="log_every"):
+        train.attach("bad", {"lr": 0.1}, runs_dir=runs_dir, log_every=0)
 
 
 def test_too_many_metric_names_are_dropped_with_a_warning(runs_dir):
