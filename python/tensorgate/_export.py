@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
 import os
 import platform
 import re
 import shutil
+import signal
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -63,11 +65,23 @@ def example_inputs(
     return tuple(tensors)
 
 
-def _dynamic_shapes(inputs: list[TensorSpec], tied: bool) -> tuple[dict[int, Any], ...]:
+def _dynamic_shapes(
+    inputs: list[TensorSpec], tied: bool, bounds: dict[str, tuple[int, int | None]] | None = None
+) -> tuple[dict[int, Any], ...]:
     """A ``Dim`` per dynamic dimension, the first shared by all inputs (the batch). ``tied``: one
-    ``Dim`` per axis, shared by every input that has it dynamic (``a + b`` needs equal widths)."""
-    Dim = torch.export.Dim
-    dims_by_key: dict[str, Any] = {"batch": Dim("batch", min=1)}
+    ``Dim`` per axis, shared by every input that has it dynamic (``a + b`` needs equal widths).
+    ``bounds``: (min, max) of Dims by name, where the model limits them (see _suggested_bounds)."""
+    bounds = bounds or {}
+
+    def dim(key: str) -> Any:
+        low, high = bounds.get(key, (1, None))
+        return (
+            torch.export.Dim(key, min=low)
+            if high is None
+            else torch.export.Dim(key, min=low, max=high)
+        )
+
+    dims_by_key: dict[str, Any] = {"batch": dim("batch")}
     shapes = []
     for s in inputs:
         dims: dict[int, Any] = {}
@@ -75,9 +89,28 @@ def _dynamic_shapes(inputs: list[TensorSpec], tied: bool) -> tuple[dict[int, Any
             if d != -1:
                 continue
             key = "batch" if axis == 0 else f"dim{axis}" if tied else f"{_ident(s.name)}_{axis}"
-            dims[axis] = dims_by_key.setdefault(key, Dim(key, min=1))
+            if key not in dims_by_key:
+                dims_by_key[key] = dim(key)
+            dims[axis] = dims_by_key[key]
         shapes.append(dims)
     return tuple(shapes)
+
+
+_SUGGESTED_DIM = re.compile(r"^\s*(\w+) = Dim\('\w+'(?:, min=(\d+))?(?:, max=(\d+))?\)\s*$", re.M)
+
+
+def _suggested_bounds(message: str) -> dict[str, tuple[int, int | None]]:
+    """The ranges torch suggests when a model bounds a dynamic dimension: CUDA convolutions, for
+    one, guard that an input fits 32-bit indexing, so a batch Dim gets a max (14266 rows of
+    3x224x224). Parsed here, as the message of torch 2.6 trips torch's own parser. Every Dim
+    keeps a min of at least 1, so one row stays servable."""
+    if "Suggested fixes" not in message:
+        return {}
+    tail = message.split("Suggested fixes", 1)[1]
+    return {
+        name: (max(1, int(low or 1)), int(high) if high else None)
+        for name, low, high in _SUGGESTED_DIM.findall(tail)
+    }
 
 
 def _ident(name: str) -> str:
@@ -118,17 +151,26 @@ def export_module(
             if ordered is not None:
                 module = Ordered(module, ordered)
 
-            def dims(tied: bool) -> Any:
+            def export(tied: bool) -> Any:
                 shapes = _dynamic_shapes(inputs, tied)
-                return (shapes,) if ordered is not None else shapes  # Ordered takes *inputs
+                wrap = (lambda s: (s,)) if ordered is not None else (lambda s: s)  # *inputs
+                try:
+                    return torch.export.export(module, example, dynamic_shapes=wrap(shapes))
+                except Exception as exc:
+                    bounds = _suggested_bounds(str(exc))
+                    if not bounds:
+                        raise
+                    # The model bounds a dimension: export again within torch's bounds.
+                    shapes = _dynamic_shapes(inputs, tied, bounds)
+                    return torch.export.export(module, example, dynamic_shapes=wrap(shapes))
 
             try:
-                return torch.export.export(module, example, dynamic_shapes=dims(tied=False))
+                return export(tied=False)
             except Exception:
                 # Dimensions the model ties to each other: try one Dim per axis.
                 if not any(d == -1 for s in inputs for d in s.shape[1:]):
                     raise
-                return torch.export.export(module, example, dynamic_shapes=dims(tied=True))
+                return export(tied=True)
     except WorkerError:
         raise
     except Exception as exc:
@@ -163,8 +205,7 @@ def export_program(loaded: LoadedModel, spec: ModelSpec) -> Any:
     """The loaded model as a ``torch.export`` program with the config's dynamic dimensions."""
     if loaded.program is not None:
         return loaded.program
-    if not isinstance(loaded.module, torch.nn.Module):
-        raise WorkerError(EXPORT_FAILED, "an AOTInductor package cannot be exported again")
+    export_program_possible(loaded)
     return export_module(loaded.module, spec.inputs, loaded.device)
 
 
@@ -234,29 +275,78 @@ def aoti_package(
     Cached under ``cache_dir/aoti/<model>/<version>/<key>.pt2`` (cache_key), written whole then
     renamed, so a restart or another instance finds it and a crash never leaves half a package.
     A model encrypted at rest is never cached: the package would hold its weights in the clear.
+    Compiled in a process of its own (build_isolated): a compiler that crashes takes down that
+    process, not the worker serving the model.
     """
-    target: Path | None = None
+    export_program_possible(loaded)
     if cache_dir and not sealed:
         folder = Path(cache_dir) / "aoti" / spec.name / spec.version
         target = folder / f"{cache_key(spec, loaded.device)}.pt2"
         if target.is_file():
             return Package(str(target), cached=True, kept=True)
         folder.mkdir(parents=True, exist_ok=True)
-    program = export_program(loaded, spec)
-    scratch = Path(tempfile.mkdtemp(prefix="tensorgate-aoti-"))
-    path = scratch / "model.pt2"
+        build_isolated(spec, target)
+        return Package(str(target), cached=False, kept=True)
+    target = Path(tempfile.mkdtemp(prefix="tensorgate-aoti-")) / "model.pt2"
     try:
-        compile_package(program, str(path))
-        if target is None:
-            return Package(str(path), cached=False, kept=False)
-        partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
-        shutil.move(path, partial)  # the scratch folder may be on another file system
-        os.replace(partial, target)
+        build_isolated(spec, target)
     except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(target.parent, ignore_errors=True)
         raise
-    shutil.rmtree(scratch, ignore_errors=True)
-    return Package(str(target), cached=False, kept=True)
+    return Package(str(target), cached=False, kept=False)
+
+
+def export_program_possible(loaded: LoadedModel) -> None:
+    if loaded.program is None and not isinstance(loaded.module, torch.nn.Module):
+        raise WorkerError(EXPORT_FAILED, "an AOTInductor package cannot be exported again")
+
+
+def build_isolated(spec: ModelSpec, target: Path) -> None:
+    """Loads the model in a spawned process, exports and compiles it there, and writes the package
+    at ``target`` (whole, then renamed). Inductor's C++ and CUDA toolchains run native code that
+    can crash (SIGSEGV from AOTInductor on CUDA has been seen); here that is an EXPORT_FAILED
+    naming the signal. The child inherits the environment (a sealed model's key too) but not the
+    worker's control socket."""
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(
+        target=_build_in_child, args=(spec, str(target), send), name="tensorgate-aoti-build"
+    )
+    child.start()
+    send.close()
+    try:
+        outcome = receive.recv()
+    except EOFError:  # it died before saying how it went
+        outcome = None
+    finally:
+        receive.close()
+        child.join()
+    if outcome is None or child.exitcode != 0:
+        code = child.exitcode or 0
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+        raise WorkerError(EXPORT_FAILED, f"AOTInductor's build process {how}")
+    if outcome != "ok":
+        raise WorkerError(outcome[0], outcome[1])
+
+
+def _build_in_child(spec: ModelSpec, target: str, send: Any) -> None:
+    from ._loader import load_model
+
+    try:
+        program = export_program(load_model(spec), spec)
+        scratch = Path(tempfile.mkdtemp(prefix="tensorgate-aoti-"))
+        try:
+            compile_package(program, str(scratch / "model.pt2"))
+            partial = Path(f"{target}.{os.getpid()}.partial")
+            shutil.move(scratch / "model.pt2", partial)  # the scratch may be on another device
+            os.replace(partial, target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        send.send("ok")
+    except WorkerError as exc:
+        send.send((exc.code, exc.message))
+    except Exception as exc:  # noqa: BLE001 - reported to the worker, which says why
+        send.send((EXPORT_FAILED, f"{type(exc).__name__}: {first_line(exc)}"))
 
 
 def compile_package(program: Any, path: str) -> None:

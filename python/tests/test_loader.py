@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from tensorgate._errors import BAD_PARAMETER, LOAD_FAILED, UNSUPPORTED_FORMAT, WorkerError
+from tensorgate._export import export_module
 from tensorgate._loader import (
     ModelSpec,
+    TensorSpec,
     load_model,
     program_dims,
     pt2_kind,
@@ -135,6 +137,19 @@ def test_export_programs_that_cannot_take_what_the_config_sends_are_refused(
     error = load_error(model_spec(path, "export", **overrides))
     assert error.code == LOAD_FAILED
     assert re.search(match, error.message), error.message
+
+
+class BoundedBatch(torch.nn.Module):
+    """Guards on its batch size, as CUDA convolutions do for 32-bit indexing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.shape[0] > 14266 else x + 1
+
+
+def test_export_keeps_within_bounds_the_model_sets_on_a_dynamic_dim():
+    program = export_module(BoundedBatch(), [TensorSpec("x", torch.float32, [-1, 3])])
+    assert program_dims(program) == [[(1, 14266), 3]]
+    assert program.module()(torch.zeros(1, 3)).tolist() == [[1.0] * 3]
 
 
 def test_export_keeps_a_dict_of_outputs(test_models):

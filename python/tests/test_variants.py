@@ -280,3 +280,46 @@ def test_aoti_packages_load_as_a_format_and_run_as_compiled(aoti_build):
         "(an AOTInductor package is compiled already)"
     )
     assert "runs as it was compiled" in variants.by_precision["bf16"].reason
+
+
+CRASHES_IN_THE_BUILD_PROCESS = """
+import multiprocessing, os, resource, signal
+import torch
+
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def build():
+    if multiprocessing.current_process().name == "tensorgate-aoti-build":
+        # Dies as a native compiler crash would, in the process that builds the package.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return Double()
+"""
+
+
+def test_an_aoti_build_that_crashes_its_process_leaves_fp32_serving(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.py").write_text(CRASHES_IN_THE_BUILD_PROCESS)
+    torch.save({}, str(folder / "weights.pt"))
+    spec = spec_for(folder / "weights.pt", "eager")
+    runner = Runner(load_model(spec), spec)
+    cache = tmp_path / "cache"
+    variants = variants_for(runner, torch_optimization="aoti", cache_dir=str(cache))
+    fp32 = variants.get("fp32")
+    assert fp32.method == "plain" and fp32.ready
+    assert "AOTInductor's build process was killed by SIGSEGV" in fp32.reason, fp32.reason
+    [(_, got)] = runner.run(fp32, [torch.ones(2, 4)])
+    assert got.tolist() == [[2.0] * 4] * 2
+    assert not [p for p in cache.rglob("*") if p.is_file()], "nothing half-built is left"
+
+
+def test_fp32_tolerance_defaults_to_tf32_precision_on_cuda_unless_the_config_sets_it():
+    defaults = VariantOptions.from_json({})
+    assert defaults.tolerance_for("fp32", "cpu") == 1e-4
+    assert defaults.tolerance_for("fp32", "cuda") == 5e-3
+    assert defaults.tolerance_for("fp16", "cuda") == 1e-2
+    strict = VariantOptions.from_json({"tolerance": {"fp32": 1e-6}})
+    assert strict.tolerance_for("fp32", "cuda") == 1e-6

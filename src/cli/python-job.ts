@@ -36,12 +36,12 @@ export async function runPythonJob<T extends JobResult>(
         ['-m', `tensorgate.${module}`, join(work, 'job.json')],
         {
           env: { ...process.env, PYTHONPATH: joinPythonPath(PYTHON_PACKAGE_DIR) },
-          maxBuffer: 4 << 20,
+          // torch's compilers may print a lot before the last line, the JSON one.
+          maxBuffer: 64 << 20,
         },
       ));
     } catch (err) {
-      const stderr = String((err as { stderr?: string }).stderr ?? '').trim();
-      throw tgError(fallback, `${what}: python -m tensorgate.${module} failed: ${stderr.split('\n').at(-1) ?? err}`);
+      throw tgError(fallback, `${what}: python -m tensorgate.${module} failed: ${whyItFailed(err)}`);
     }
     const result = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as T;
     if (!result.ok) {
@@ -53,4 +53,17 @@ export async function runPythonJob<T extends JobResult>(
     cleanup();
     throw err;
   }
+}
+
+/** The last line the job printed on stderr; else how it ended (a signal, a full stdout buffer). */
+function whyItFailed(err: unknown): string {
+  const e = err as { stderr?: unknown; signal?: string | null; message?: string };
+  const lastLine = String(e.stderr ?? '')
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean)
+    .at(-1);
+  if (lastLine) return lastLine;
+  if (e.signal) return `it was killed by ${e.signal}`;
+  return e.message ?? String(err);
 }

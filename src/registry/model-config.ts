@@ -33,6 +33,8 @@ export const ONNX_GRAPH_OPTIMIZATIONS = ['disabled', 'basic', 'extended', 'all']
  * check inputs, by the rule for each output's kind (src/tensor/compare.ts): scaled to a class
  * output's range or another output's spread, or the share of integer elements that differ.
  */
+/** validation.tolerance defaults; the torch worker's (python/tensorgate/_variants.py) match, except
+ * fp32 on CUDA, which it loosens to TF32's precision. */
 export const DEFAULT_TOLERANCE: Record<Precision, number> = { fp32: 1e-4, bf16: 5e-2, fp16: 1e-2, int8: 5e-2 };
 
 // A path inside the version folder: a config must not point the worker at files elsewhere

@@ -1,7 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
-import { DEFAULT_TOLERANCE } from '../../registry/model-config.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
   EngineInstance,
@@ -69,7 +68,8 @@ export class TorchInstance implements EngineInstance {
       precisions: config.parameters.precision,
       torch_optimization: config.optimization.torch,
       compile_mode: config.optimization.compile_mode,
-      tolerance: { ...DEFAULT_TOLERANCE, ...config.validation.tolerance },
+      // Only what the config sets: the worker's defaults depend on the device (CUDA's fp32 is TF32).
+      tolerance: config.validation.tolerance,
       ...(this.options.cacheDir ? { cache_dir: this.options.cacheDir } : {}),
     };
     const loaded = LoadResultSchema.parse(await this.loadWithin(worker, { model, variants }));

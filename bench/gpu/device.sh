@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The GPU checks of one device call, in order of cost, each allowed to fail without losing the
+# others' results (everything lands under $OUT):
+#   1. bench/gpu/check.py: formats and variants served on CUDA (needs the packed Node + checkout);
+#   2. bench/training/gpu.py: what steering costs a launch-bound training loop (Python only);
+#      against .devkit/train_before.py too when that file is there (an earlier SDK to compare).
+# Pack first, on the build machine (after scripts/setup.sh):
+#   bash ../shared/tools/device-pack.sh     # .devkit/node.xz and .devkit/checkout.tar.xz
+# then run on the device with carry [".devkit"]:  bash bench/gpu/device.sh [training|check|all]
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-$PWD/bench/results}
+mkdir -p "$OUT"
+here=$PWD
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+
+if [[ $what == all || $what == check ]]; then
+  mkdir -p /tmp/node/bin && xz -dc .devkit/node.xz > /tmp/node/bin/node && chmod +x /tmp/node/bin/node
+  export PATH=/tmp/node/bin:$PATH
+  rm -rf /tmp/tg && mkdir -p /tmp/tg && tar -xJf .devkit/checkout.tar.xz -C /tmp/tg
+  cd /tmp/tg && timeout 330 python3 bench/gpu/check.py --out "$OUT" 2>&1 | tee "$OUT/gpu-check.log"
+  cd "$here"
+fi
+
+if [[ $what == all || $what == training ]]; then
+  before=()
+  [[ -f .devkit/train_before.py ]] && before=(--before .devkit/train_before.py)
+  timeout 200 python3 bench/training/gpu.py --out "$OUT" "${before[@]}" 2>&1 | tee "$OUT/training-gpu.log"
+fi
+
+ls -la "$OUT"
