@@ -18,6 +18,8 @@ export interface SoakOptions {
   /** Text every successful answer must contain (its output data): a 200 without it is WRONG_RESULT. */
   expect: string;
   total: number;
+  /** Sends no new request after this long (those in flight are still answered); none: no bound. */
+  maxDurationMs?: number;
   concurrency: number;
   killEveryMs: number;
   /**
@@ -34,6 +36,8 @@ export interface SoakOptions {
 export const RETRYABLE = new Set(['WORKER_CRASHED', 'MODEL_NOT_READY', 'QUEUE_FULL', 'TIMEOUT', 'SHUTTING_DOWN']);
 
 export interface SoakResult {
+  /** Requests sent; each one is counted below as answered (ok, retryable, other) or hung. */
+  sent: number;
   requests: number;
   ok: number;
   retryable: Record<string, number>;
@@ -106,8 +110,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
       // Already gone.
     }
   }, opts.killEveryMs);
+  const stopAt = started + (opts.maxDurationMs ?? Number.POSITIVE_INFINITY);
   const loop = async () => {
-    while (sent < opts.total) {
+    while (sent < opts.total && performance.now() < stopAt) {
       sent++;
       const outcome = await inferOnce(opts, agent);
       outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
@@ -128,6 +133,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
     (RETRYABLE.has(outcome) ? retryable : other)[outcome] = count;
   }
   return {
+    sent,
     requests: [...outcomes.values()].reduce((a, b) => a + b, 0),
     ok: outcomes.get('ok') ?? 0,
     retryable,

@@ -11,7 +11,7 @@ import { type Served, serveOne } from '../helpers/serve.js';
  * again once the kills stop. A restart takes about 2 s here (torch 2.x imports in 1.2 s), longer
  * than the interval, so kills come only while the model serves: one worker may be killed while the
  * other restarts, but the model is never kept from serving. bench/soak/run.ts runs the full soak
- * (100,000 requests at concurrency 64, a kill every 2 s).
+ * (100,000 requests at concurrency 64, a kill every 2 s). Bounded here at 8,000 requests or 60 s.
  */
 
 describe('fault soak (bounded)', { timeout: 240_000 }, () => {
@@ -50,13 +50,17 @@ describe('fault soak (bounded)', { timeout: 240_000 }, () => {
       expect: '"data":[4,6]',
       // Enough requests to outlast several kill intervals even on a fast host (4,000 took 4 to 5 s here, 3 to 5 kills).
       total: 8000,
+      // On a loaded machine restarts slow down and so do the requests waiting for them: the time
+      // bound keeps the test within its timeout, and every request sent must still be answered.
+      maxDurationMs: 60_000,
       concurrency: 32,
       killEveryMs: 1000,
       onlyServing: true,
       deadlineMs: 30_000,
     });
     process.stderr.write(`soak: ${JSON.stringify({ ...result, rss_mib: result.rss_mib.length })}\n`);
-    assert.equal(result.requests, 8000);
+    assert.equal(result.requests, result.sent, 'every request sent is counted');
+    assert.ok(result.sent >= 1000, `only ${result.sent} requests were sent`);
     assert.equal(result.hung, 0, 'no request hangs');
     assert.deepEqual(result.other, {}, 'every failure is retryable');
     assert.ok(result.kills >= 1, 'workers were killed');
