@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """What steering costs a training loop on a GPU, in one run (Python only, no gateway needed).
 
-    PYTHONPATH=python python3 bench/training/gpu.py [--device cuda] [--steps 1000] [--rounds 3]
-        [--out DIR] [--before FILE]
+    PYTHONPATH=python python3 bench/training/gpu.py [--device cuda] [--blocks N]
+        [--block-steps 100] [--out DIR] [--before FILE]
 
 Two loops (an MLP at batch 512, about 1 ms a step on a fast GPU, launch-bound; a larger one at
-batch 1024 where the GPU has slack), each in these modes, interleaved in rounds so that drift
-hits all alike:
+batch 1024 where the GPU has slack), each in these modes:
 
   none       the loop alone: the baseline
   naive      loss.item() every step and a 2 ms wait every 10 steps (a blocking callback)
@@ -18,13 +17,17 @@ hits all alike:
 another copy of ``tensorgate/train.py`` (an earlier commit's), so a change is judged against
 what it replaces in the same run.
 
-Per mode: the median step time over the rounds' per-step medians, the time spent in the mode's
-own calls (log + apply) measured in place, whether a sync happened under
-``torch.cuda.set_sync_debug_mode("error")`` (sdk modes), and whether every metric logged reached
-the run file. Then ``micro``: log + apply alone in a tight loop with CUDA tensors. Writes
-``training-gpu-<time>.json`` under ``--out`` ($OUT on the device tool, else bench/results) for
-bench/report.ts. ``--device cpu`` tries the script on a machine without a GPU (CPU tensors take
-the SDK's staged path there, so the same code runs).
+Every mode's loop is built once, in this one process; they then run in short blocks (100
+measured steps after 10 unmeasured ones that let the GPU finish the previous block's work), the
+modes taking turns, cycle after cycle. Each block's median step is compared with the baseline's
+block of the same cycle, run moments before: a GPU's or host's drift over seconds (±15% between
+rounds of separate runs on an H200) cancels out of the ratio. Per mode: the median block, the
+median ratio and its quartiles, the time spent in the mode's own calls (log + apply) measured in
+place, whether a sync happened under ``torch.cuda.set_sync_debug_mode("error")`` (sdk modes),
+and whether every metric logged reached the run file. Then ``micro``: log + apply alone in a
+tight loop with CUDA tensors. Writes ``training-gpu-<time>.json`` under ``--out`` ($OUT on the
+device tool, else bench/results) for bench/report.ts. ``--device cpu`` tries the script on a
+machine without a GPU (CPU tensors take the SDK's staged path there, so the same code runs).
 """
 
 from __future__ import annotations
@@ -50,12 +53,11 @@ from tensorgate import train  # noqa: E402
 from tensorgate._runfile import RING, RunFile  # noqa: E402
 
 LOOPS = {
-    # name: (input, hidden layers, classes, batch, rounds): the launch-bound loop varies more
-    # from round to round, so it gets more of them.
-    "small": (1024, [4096], 10, 512, 7),
-    "large": (1024, [4096, 4096], 10, 1024, 3),
+    # name: (input, hidden layers, classes, batch, blocks per mode)
+    "small": (1024, [4096], 10, 512, 30),
+    "large": (1024, [4096, 4096], 10, 1024, 10),
 }
-CPU_LOOPS = {"small": (64, [128], 10, 32, 3), "large": (128, [256, 256], 10, 64, 3)}
+CPU_LOOPS = {"small": (64, [128], 10, 32, 10), "large": (128, [256, 256], 10, 64, 5)}
 
 
 def load_train_module(path: str):
@@ -71,76 +73,102 @@ def ring_head(path: str) -> int:
     return struct.unpack_from("<Q", RunFile.open(path).mm, RING)[0]
 
 
-def run_loop(shape, device, mode: str, steps: int, warmup: int, sdk_module) -> dict:
-    torch.manual_seed(0)
-    inputs, hidden, classes, batch, _ = shape
-    layers: list = []
-    width = inputs
-    for h in hidden:
-        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-        width = h
-    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, classes)).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x = torch.randn(batch, inputs, device=device)
-    y = torch.randint(0, classes, (batch,), device=device)
-    sdk = mode.startswith("sdk")
-    with_accuracy = mode.endswith("_acc") or mode.endswith("_acc_before")
-    run = sdk_module.attach(f"gpu-{mode}", {"lr": 0.05}) if sdk else None
-    cuda = device.type == "cuda"
-    times: list[int] = []
-    hooks: list[int] = []
-    synced = None
-    clock = time.perf_counter_ns
-    logged = 0
-    try:
-        for step in range(warmup + steps):
-            if step == warmup and cuda:
-                torch.cuda.synchronize()
-                if sdk:
-                    torch.cuda.set_sync_debug_mode("error")  # from here on, a sync raises
-            start = clock()
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            accuracy = (logits.argmax(1) == y).float().mean() if with_accuracy else None
-            hook_start = clock()
-            if run is not None:
-                if accuracy is None:
-                    run.log(step, loss=loss)
-                    logged += 1
-                else:
-                    run.log(step, loss=loss, accuracy=accuracy)
-                    logged += 2
-                run.apply(optimizer, step)
-            elif mode == "naive":
-                loss.item()
-                if step % 10 == 0:
-                    time.sleep(0.002)
-            hook_end = clock()
-            optimizer.step()
-            end = clock()
-            if step >= warmup:
-                times.append(end - start)
-                hooks.append(hook_end - hook_start)
-    except RuntimeError as exc:  # set_sync_debug_mode("error") raised: something synchronised
-        synced = str(exc).splitlines()[0]
-    finally:
-        if cuda:
-            torch.cuda.set_sync_debug_mode("default")
+class Loop:
+    """One mode's training loop, built once and run block by block."""
+
+    def __init__(self, shape, device, mode: str, sdk_module) -> None:
+        torch.manual_seed(0)
+        inputs, hidden, classes, batch, _ = shape
+        layers: list = []
+        width = inputs
+        for h in hidden:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            width = h
+        self.model = torch.nn.Sequential(*layers, torch.nn.Linear(width, classes)).to(device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+        self.x = torch.randn(batch, inputs, device=device)
+        self.y = torch.randint(0, classes, (batch,), device=device)
+        self.mode = mode
+        self.sdk = mode.startswith("sdk")
+        self.with_accuracy = "_acc" in mode
+        self.run = sdk_module.attach(f"gpu-{mode}", {"lr": 0.05}) if self.sdk else None
+        self.cuda = device.type == "cuda"
+        self.step = 0
+        self.logged = 0
+        self.synced: str | None = None
+        self.block_medians: list[float] = []
+        self.hooks: list[int] = []
+
+    def block(self, steps: int, settle: int) -> None:
+        """``settle`` unmeasured steps (the GPU finishing the previous mode's work), then
+        ``steps`` measured ones; their median goes to block_medians. The sdk modes run under
+        set_sync_debug_mode("error"): a sync raises, is recorded, and ends the mode."""
+        if self.synced:
+            return
+        model, optimizer, x, y, run = self.model, self.optimizer, self.x, self.y, self.run
+        clock = time.perf_counter_ns
+        times: list[int] = []
+        if self.cuda:
             torch.cuda.synchronize()
-    result: dict = {
-        "median_us": statistics.median(times) / 1000 if times else None,
-        "hook_median_us": statistics.median(hooks) / 1000 if hooks else None,
-        "synced": synced,
-    }
-    if run is not None:
-        path = run.path
-        run.close()
-        result["metrics_logged"] = logged
-        result["metrics_published"] = ring_head(path)
-        result["dropped_metrics"] = run.dropped_metrics
-    return result
+            if self.sdk:
+                torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i in range(settle + steps):
+                step = self.step
+                self.step += 1
+                start = clock()
+                logits = model(x)
+                loss = torch.nn.functional.cross_entropy(logits, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                accuracy = (logits.argmax(1) == y).float().mean() if self.with_accuracy else None
+                hook_start = clock()
+                if run is not None:
+                    if accuracy is None:
+                        run.log(step, loss=loss)
+                        self.logged += 1
+                    else:
+                        run.log(step, loss=loss, accuracy=accuracy)
+                        self.logged += 2
+                    run.apply(optimizer, step)
+                elif self.mode == "naive":
+                    loss.item()
+                    if step % 10 == 0:
+                        time.sleep(0.002)
+                hook_end = clock()
+                optimizer.step()
+                end = clock()
+                if i >= settle:
+                    times.append(end - start)
+                    self.hooks.append(hook_end - hook_start)
+        except RuntimeError as exc:  # set_sync_debug_mode("error") raised: something synchronised
+            self.synced = str(exc).splitlines()[0]
+        finally:
+            if self.cuda:
+                torch.cuda.set_sync_debug_mode("default")
+        if times:
+            self.block_medians.append(statistics.median(times) / 1000)
+
+    def finish(self) -> dict:
+        result: dict = {
+            "median_us": statistics.median(self.block_medians) if self.block_medians else None,
+            "hook_median_us": statistics.median(self.hooks) / 1000 if self.hooks else None,
+            "synced": self.synced,
+        }
+        if self.run is not None:
+            if self.cuda:
+                torch.cuda.synchronize()
+            path = self.run.path
+            self.run.close()
+            result["metrics_logged"] = self.logged
+            result["metrics_published"] = ring_head(path)
+            result["dropped_metrics"] = self.run.dropped_metrics
+        return result
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[round(q * (len(ordered) - 1))]
 
 
 def micro(device, sdk_module, n: int) -> dict:
@@ -169,9 +197,10 @@ def micro(device, sdk_module, n: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--block-steps", type=int, default=100, help="measured steps a block")
+    parser.add_argument("--settle", type=int, default=10, help="unmeasured steps before a block")
     parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--rounds", type=int, help="rounds per loop (default: the loop's own)")
+    parser.add_argument("--blocks", type=int, help="blocks per mode (default: the loop's own)")
     parser.add_argument("--micro", type=int, default=20000)
     parser.add_argument("--before", help="an earlier tensorgate/train.py to compare against")
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
@@ -196,42 +225,30 @@ def main() -> None:
     started = time.monotonic()
     results = []
     for name, shape in loops.items():
-        rounds: dict[str, list[dict]] = {mode: [] for mode in modes}
-        for _ in range(args.rounds or shape[4]):
-            for mode in modes:
-                module = modules["_before" if mode.endswith("_before") else ""]
-                rounds[mode].append(run_loop(shape, device, mode, args.steps, args.warmup, module))
+        runs = {
+            mode: Loop(shape, device, mode, modules["_before" if "_before" in mode else ""])
+            for mode in modes
+        }
+        for loop in runs.values():
+            loop.block(args.warmup, settle=0)  # warm-up: allocator, kernels, first flushes
+            loop.block_medians.clear()
+            loop.hooks.clear()
+        blocks = args.blocks or shape[4]
+        for _ in range(blocks):
+            for loop in runs.values():
+                loop.block(args.block_steps, settle=args.settle)
         summary = {}
-        for mode, runs in rounds.items():
-            medians = [r["median_us"] for r in runs if r["median_us"] is not None]
-            summary[mode] = {
-                "median_us": statistics.median(medians) if medians else None,
-                "round_medians_us": medians,
-                "hook_median_us": statistics.median(
-                    r["hook_median_us"] for r in runs if r["hook_median_us"] is not None
-                ),
-                "synced": next((r["synced"] for r in runs if r["synced"]), None),
-                **(
-                    {
-                        "metrics_logged": sum(r["metrics_logged"] for r in runs),
-                        "metrics_published": sum(r["metrics_published"] for r in runs),
-                        "dropped_metrics": sum(r["dropped_metrics"] for r in runs),
-                    }
-                    if "metrics_logged" in runs[0]
-                    else {}
-                ),
-            }
-        for mode, s in summary.items():
-            # Each round's median against its own round's baseline, run moments apart: drift
-            # between rounds cancels out of the ratio.
-            ref = rounds["none_acc" if "_acc" in mode else "none"]
-            ratios = [
-                r["median_us"] / b["median_us"]
-                for r, b in zip(rounds[mode], ref)
-                if r["median_us"] and b["median_us"]
-            ]
+        for mode, loop in runs.items():
+            s = loop.finish()
+            # Each block against the baseline's block of the same cycle, run moments apart:
+            # drift slower than a cycle cancels out of the ratio.
+            base = runs["none_acc" if "_acc" in mode else "none"].block_medians
+            ratios = [m / b for m, b in zip(loop.block_medians, base)]
+            s["block_medians_us"] = loop.block_medians
             s["vs_baseline"] = statistics.median(ratios) if ratios else None
-            s["round_ratios"] = ratios
+            s["ratio_p25"] = quantile(ratios, 0.25) if ratios else None
+            s["ratio_p75"] = quantile(ratios, 0.75) if ratios else None
+            summary[mode] = s
         inputs, hidden, classes, batch, _ = shape
         results.append(
             {"loop": name, "mlp": [inputs, *hidden, classes], "batch": batch, "modes": summary}
@@ -239,7 +256,8 @@ def main() -> None:
         for mode, s in summary.items():
             print(
                 f"{name:6} {mode:16} {s['median_us']:9.1f} us/step"
-                f"  x{s['vs_baseline']:.4f}  in calls {s['hook_median_us']:7.1f} us"
+                f"  x{s['vs_baseline']:.4f} (p25 {s['ratio_p25']:.3f}, p75 {s['ratio_p75']:.3f})"
+                f"  in calls {s['hook_median_us']:7.1f} us"
                 + (f"  SYNC: {s['synced']}" if s["synced"] else "")
                 + (
                     f"  metrics {s['metrics_published']}/{s['metrics_logged']}"
@@ -260,8 +278,9 @@ def main() -> None:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "steps": args.steps,
-        "rounds": {name: args.rounds or shape[4] for name, shape in loops.items()},
+        "method": "blocks",
+        "block_steps": args.block_steps,
+        "blocks": {name: args.blocks or shape[4] for name, shape in loops.items()},
         "before": bool(args.before),
         "seconds": round(time.monotonic() - started, 1),
         "loops": results,
