@@ -103,7 +103,9 @@ def build_mlps(out: Path) -> None:
     save_state_dict(mlp, out / "mlp_compile" / "1" / "weights.pt")
     config = small_config("mlp_compile", "The mlp model, compiled.", inputs, outputs, EAGER)
     config["optimization"] = {"torch": "compile"}
-    config["batching"] = {"max_batch_size": 4, "max_queue_delay_us": 1000}
+    # A fixed delay: with the adaptive one, the first of three concurrent calls goes at once when
+    # the one before it ran alone, and on a loaded machine the other two may then miss it.
+    config["batching"] = {"max_batch_size": 4, "max_queue_delay_us": 2000, "adaptive_delay": False}
     write_config(out / "mlp_compile", config)
 
     save_export(mlp, out / "mlp_aoti" / "1" / "model.pt2", inputs)
