@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { renderBatching } from './batching/render.js';
 import { renderEngines } from './engines/render.js';
+import { renderFixedCost } from './fixed-cost/render.js';
 import { renderGpuCheck } from './gpu/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
@@ -48,6 +49,7 @@ export interface ResultFile {
 type Renderer = (runs: ResultFile[]) => string;
 const RENDERERS: Record<string, Renderer> = {
   'mcp-overhead': renderMcpOverhead,
+  'fixed-cost': renderFixedCost,
   'shm-map': renderShmMap,
   batching: renderBatching,
   training: renderTraining,
@@ -98,6 +100,7 @@ function main(): void {
     'npm run build && npm run build:native',
     'node --import tsx bench/mcp-overhead/run.ts            # about 1-2 minutes on 2 cores',
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
+    'node --import tsx bench/fixed-cost/run.ts              # about 1 minute on 2 cores',
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',
     'node --import tsx bench/training/run.ts                # about 5 minutes on 2 cores',

@@ -40,6 +40,8 @@ export class McpConnection {
     readonly kind: 'stdio' | 'http',
     readonly client: Client,
     private readonly stop: () => Promise<void>,
+    /** The server process (stdio: the child the transport started). */
+    readonly pid?: number,
   ) {}
 
   static async open(kind: 'stdio' | 'http', opts: ServerOptions): Promise<McpConnection> {
@@ -71,12 +73,17 @@ export class McpConnection {
       });
       await client.connect(transport);
       const pid = transport.pid;
-      conn = new McpConnection(kind, client, async () => {
-        // Let the server exit on its own (stdin EOF -> shutdown -> exit), so --cpu-prof gets written.
-        const proc = pid ? waitForExit(pid) : Promise.resolve();
-        await client.close();
-        await proc;
-      });
+      conn = new McpConnection(
+        kind,
+        client,
+        async () => {
+          // Let the server exit on its own (stdin EOF -> shutdown -> exit), so --cpu-prof gets written.
+          const proc = pid ? waitForExit(pid) : Promise.resolve();
+          await client.close();
+          await proc;
+        },
+        pid ?? undefined,
+      );
       conn.wrap(transport);
       return conn;
     }
@@ -87,11 +94,16 @@ export class McpConnection {
     const url = await waitForUrl(child);
     const transport = new StreamableHTTPClientTransport(new URL(url));
     await client.connect(transport);
-    const conn = new McpConnection(kind, client, async () => {
-      await client.close();
-      child.kill('SIGTERM');
-      if (child.exitCode === null) await once(child, 'exit');
-    });
+    const conn = new McpConnection(
+      kind,
+      client,
+      async () => {
+        await client.close();
+        child.kill('SIGTERM');
+        if (child.exitCode === null) await once(child, 'exit');
+      },
+      child.pid,
+    );
     child.stderr?.on('data', (chunk: Buffer) => {
       conn.stderr = (conn.stderr + chunk.toString()).slice(-8000);
     });
@@ -128,15 +140,15 @@ export class McpConnection {
     };
   }
 
-  /** Polls list_models until every version has finished loading. */
-  async waitReady(timeoutMs = 180_000): Promise<void> {
+  /** Polls list_models until every version has finished loading and `model` has a ready one. */
+  async waitReady(model = 'image-classifier', timeoutMs = 180_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const result = await this.client.callTool({ name: 'list_models', arguments: {} });
       const models = (result.structuredContent as { models: { name: string; versions: { state: string }[] }[] }).models;
-      const image = models.find((m) => m.name === 'image-classifier');
-      if (image && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'unloaded'))) {
-        if (!image.versions.some((v) => v.state === 'ready')) throw new Error('image-classifier failed to load');
+      const wanted = models.find((m) => m.name === model);
+      if (wanted && models.every((m) => m.versions.every((v) => v.state !== 'loading' && v.state !== 'unloaded'))) {
+        if (!wanted.versions.some((v) => v.state === 'ready')) throw new Error(`${model} failed to load`);
         return;
       }
       await new Promise((r) => setTimeout(r, 200));

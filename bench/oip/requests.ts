@@ -48,15 +48,47 @@ const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
 /** POSTs a prepared body; resolves with 200, rejects with the status otherwise. */
 export function post(base: string, path: string, prepared: Prepared, via: Agent = agent): Promise<number> {
+  return exchange(base, path, prepared, via, false).then(() => 200);
+}
+
+/**
+ * POSTs a prepared body and resolves with the answer's JSON header: the whole body of a JSON
+ * answer, the first `Inference-Header-Content-Length` bytes of a binary one.
+ */
+export async function postForHeader(
+  base: string,
+  path: string,
+  prepared: Prepared,
+  via: Agent = agent,
+): Promise<Record<string, unknown>> {
+  const { body, headerLength } = await exchange(base, path, prepared, via, true);
+  return JSON.parse(body.subarray(0, headerLength ?? body.length).toString('utf8')) as Record<string, unknown>;
+}
+
+function exchange(
+  base: string,
+  path: string,
+  prepared: Prepared,
+  via: Agent,
+  keep: boolean,
+): Promise<{ body: Buffer; headerLength: number | undefined }> {
   return new Promise((resolvePost, reject) => {
     const req = request(
       `${base}${path}`,
       { method: 'POST', agent: via, headers: { ...prepared.headers, 'content-length': prepared.body.length } },
       (res) => {
-        res.on('data', () => {});
-        res.on('end', () =>
-          res.statusCode === 200 ? resolvePost(res.statusCode) : reject(new Error(`${path}: HTTP ${res.statusCode}`)),
-        );
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => {
+          if (keep) chunks.push(chunk);
+        });
+        res.on('end', () => {
+          if (res.statusCode !== 200) {
+            reject(new Error(`${path}: HTTP ${res.statusCode}`));
+            return;
+          }
+          const length = res.headers['inference-header-content-length'];
+          resolvePost({ body: Buffer.concat(chunks), headerLength: length === undefined ? undefined : Number(length) });
+        });
       },
     );
     req.on('error', reject);

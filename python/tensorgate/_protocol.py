@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from typing import Any
 
 _LENGTH = struct.Struct("<I")
@@ -75,3 +76,96 @@ def read_message(sock: socket.socket) -> dict[str, Any] | None:
 def write_message(sock: socket.socket, message: dict[str, Any]) -> None:
     """Sends one message as a single ``sendall`` so frames never interleave."""
     sock.sendall(encode(message))
+
+
+#: Bytes asked of the kernel per read: a whole header, usually with its length prefix, in one call.
+_READ_CHUNK = 64 * 1024
+
+
+class Channel:
+    """The worker's end of the control channel: frames read through one buffer (one ``recv``
+    per message rather than two), and an optional adaptive spin before blocking.
+
+    Blocking in ``recv`` costs a sleep and a wake-up per request, and the sleep lets the core's
+    caches and clock go cold, so the next forward runs slower too (on a 2-core VM a 0.09 ms
+    forward took 0.19 ms after 1 ms asleep, 0.12 ms after 1 ms of spinning). While requests
+    arrive closer together than ``spin_s``, the channel polls the socket without blocking for up
+    to ``spin_s`` after each reply. It spins only when the previous wait was short enough that a
+    spin would have caught it: a model called rarely never spins, and one hit back to back does,
+    at the price of one core busy during the gaps (measured in bench/fixed-cost).
+    """
+
+    def __init__(self, sock: socket.socket, spin_s: float = 0.0) -> None:
+        self.sock = sock
+        self.spin_s = spin_s
+        self._buffer = bytearray()
+        #: Seconds the last wait for a message lasted (None: no wait measured yet).
+        self._last_wait_s: float | None = None
+        self.spins = 0
+        self.spin_hits = 0
+
+    def set_spin(self, spin_s: float) -> None:
+        self.spin_s = max(0.0, spin_s)
+
+    def stats(self) -> dict[str, Any]:
+        """The spin setting, how many waits began with a spin and how many of those it caught."""
+        return {
+            "spin_us": round(self.spin_s * 1e6),
+            "spins": self.spins,
+            "spin_hits": self.spin_hits,
+        }
+
+    def write_message(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(encode(message))
+
+    def read_message(self) -> dict[str, Any] | None:
+        """The next message, or None on a clean end of stream (the peer went away)."""
+        while True:
+            frame = self._take_frame()
+            if frame is not None:
+                return decode(frame)
+            if not self._fill():
+                if self._buffer:
+                    raise ProtocolError(
+                        f"stream ended inside a frame ({len(self._buffer)} bytes buffered)"
+                    )
+                return None
+
+    def _take_frame(self) -> bytes | None:
+        buffer = self._buffer
+        if len(buffer) < _LENGTH.size:
+            return None
+        (length,) = _LENGTH.unpack_from(buffer)
+        if length > MAX_FRAME_BYTES:
+            raise ProtocolError(f"frame length {length} exceeds {MAX_FRAME_BYTES}")
+        end = _LENGTH.size + length
+        if len(buffer) < end:
+            return None
+        frame = bytes(buffer[_LENGTH.size : end])
+        del buffer[:end]
+        return frame
+
+    def _fill(self) -> bool:
+        """Appends what the socket has to the buffer, spinning first when that pays.
+
+        False on end of stream."""
+        start = time.perf_counter()
+        spin = self.spin_s
+        if spin > 0 and self._last_wait_s is not None and self._last_wait_s <= spin:
+            self.spins += 1
+            deadline = start + spin
+            while True:
+                try:
+                    data = self.sock.recv(_READ_CHUNK, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    if time.perf_counter() < deadline:
+                        continue
+                    break
+                self.spin_hits += 1
+                self._last_wait_s = time.perf_counter() - start
+                self._buffer += data
+                return bool(data)
+        data = self.sock.recv(_READ_CHUNK)
+        self._last_wait_s = time.perf_counter() - start
+        self._buffer += data
+        return bool(data)

@@ -40,6 +40,21 @@ _FALLBACK_CODE = {"load": LOAD_FAILED, "infer": INFERENCE_FAILED}
 Message = dict[str, Any]
 
 
+#: The spin when the load request sets none, by device type (docs/worker-protocol.md#spinning):
+#: a GPU host's cores wait on the device anyway, a CPU model's cores are its compute.
+_DEFAULT_SPIN_US = {"cuda": 1000}
+
+
+def _requested_spin_us(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 100_000:
+        raise WorkerError(
+            BAD_PARAMETER, f"spin_us must be an integer from 0 to 100000, not {value!r}"
+        )
+    return value
+
+
 def _ms(start: float, end: float) -> float:
     return round((end - start) * 1000.0, 3)
 
@@ -47,6 +62,7 @@ def _ms(start: float, end: float) -> float:
 class Worker:
     def __init__(self, sock: socket.socket, arena_in: InArena, arena_out: OutArena) -> None:
         self.sock = sock
+        self.channel = _protocol.Channel(sock)
         self.arena_in = arena_in
         self.arena_out = arena_out
         self.runner: Runner | None = None
@@ -54,7 +70,7 @@ class Worker:
         self._handlers: dict[str, Callable[[Message], Message]] = {
             "load": self._load,
             "infer": self._infer,
-            "ping": lambda _msg: {},
+            "ping": lambda _msg: {"channel": self.channel.stats()},
             "shutdown": self._shutdown,
         }
 
@@ -72,15 +88,15 @@ class Worker:
     def serve(self) -> int:
         """Answers requests until EOF or ``shutdown`` (exit status 0) or a corrupt stream (1)."""
         try:
-            _protocol.write_message(self.sock, self.hello())
+            self.channel.write_message(self.hello())
             while self.running:
-                message = _protocol.read_message(self.sock)
+                message = self.channel.read_message()
                 if message is None:
                     log.info("control channel closed; exiting")
                     return 0
                 reply = self.handle(message)
                 if reply is not None:
-                    _protocol.write_message(self.sock, reply)
+                    self.channel.write_message(reply)
         except _protocol.ProtocolError as exc:
             log.error("control channel is corrupt: %s; exiting", exc)
             return 1
@@ -126,6 +142,7 @@ class Worker:
 
     def _load(self, message: Message) -> Message:
         spec = ModelSpec.from_json(message.get("model"))
+        requested_spin_us = _requested_spin_us(message.get("spin_us"))
         if self.runner is not None:
             held = self.runner.spec
             raise WorkerError(
@@ -146,6 +163,12 @@ class Worker:
         variants = runner.build_variants(VariantOptions.from_json(message.get("variants")))
         variants_ms = _ms(checked, time.perf_counter())
         self.runner = runner
+        spin_us = (
+            requested_spin_us
+            if requested_spin_us is not None
+            else _DEFAULT_SPIN_US.get(model.device.type, 0)
+        )
+        self.channel.set_spin(spin_us / 1e6)
         log.info(
             "loaded %s v%s (%s) on %s in %.1f ms, warm-up %.1f ms",
             spec.name,
@@ -157,6 +180,7 @@ class Worker:
         )
         return {
             "device": str(model.device),
+            "spin_us": spin_us,
             "load_ms": _ms(start, loaded),
             "warmup_ms": round(warmup_ms, 3),
             "weights_bytes": model.weights_bytes,

@@ -71,7 +71,11 @@ def test_hello_comes_first_and_describes_the_runtime(spawn):
     assert hello["torch"] == torch.__version__
     assert hello["cuda"] is torch.cuda.is_available()
     assert set(hello["formats"]) >= {"torchscript", "eager"}
-    assert worker.request("ping") == {"id": 1, "ok": True, "result": {}}
+    assert worker.request("ping") == {
+        "id": 1,
+        "ok": True,
+        "result": {"channel": {"spin_us": 0, "spins": 0, "spin_hits": 0}},
+    }
 
 
 def test_tabular_classifier_matches_a_direct_forward(spawn, demo_models):
@@ -258,7 +262,7 @@ def test_end_of_stream_and_shutdown_exit_zero(spawn):
 def test_requests_without_an_id_are_dropped_not_fatal(spawn):
     worker = spawn()
     worker.send({"op": "ping"})  # nothing can match an answer to this: logged, not answered
-    assert worker.request("ping") == {"id": 1, "ok": True, "result": {}}
+    assert worker.request("ping")["id"] == 1
     worker.request("shutdown")
     assert worker.close() == 0
     assert "without an integer id" in worker.log()
@@ -280,3 +284,41 @@ def test_a_request_can_carry_the_release_of_earlier_outputs(spawn, test_models):
     second = worker.request("infer", inputs=inputs, parameters={}, release=[offset])
     assert second["ok"], second
     assert second["result"]["outputs"][0]["offset"] == offset  # freed before the forward ran
+
+
+def test_a_spinning_worker_catches_back_to_back_requests_with_identical_outputs(spawn, demo_models):
+    """With spin_us set the worker polls its channel after answering; requests that follow
+    closely are read without a sleep, and the answers are the same bits as a plain worker's."""
+    rows = torch.rand(5, 4, generator=torch.Generator().manual_seed(11)) * 7
+    answers = {}
+    for spin_us in (0, 50_000):
+        worker = spawn()
+        model = load_request(demo_models, "tabular-classifier")
+        variants = {"precisions": ["fp32"]}
+        reply = worker.request("load", model=model, variants=variants, spin_us=spin_us)
+        assert reply["ok"], (reply, worker.log())
+        assert reply["result"]["spin_us"] == spin_us
+        answers[spin_us] = [worker.outputs(worker.infer({"features": rows[i : i + 1]}))
+                            for i in range(len(rows))]  # fmt: skip
+        channel = worker.request("ping")["result"]["channel"]
+        assert channel["spin_us"] == spin_us
+        if spin_us:
+            # The first wait after load may block (no short wait seen yet); later ones spin.
+            assert channel["spins"] >= len(rows) - 1, channel
+            assert channel["spin_hits"] >= len(rows) - 1, channel
+        else:
+            assert channel["spins"] == 0 and channel["spin_hits"] == 0
+        worker.close()
+    for plain, spun in zip(answers[0], answers[50_000]):
+        assert torch.equal(plain["probabilities"], spun["probabilities"])
+
+
+def test_spin_defaults_to_off_on_the_cpu_and_a_bad_value_is_refused(spawn, demo_models):
+    worker, result = loaded(spawn, demo_models, "tabular-classifier")
+    assert result["spin_us"] == 0
+    refused = spawn()
+    model = load_request(demo_models, "tabular-classifier")
+    for bad in (-1, 100_001, 1.5, "500", True):
+        error = error_of(refused.request("load", model=model, spin_us=bad))
+        assert error["code"] == "BAD_PARAMETER" and "spin_us" in error["message"], error
+    assert refused.request("load", model=model, spin_us=10)["ok"]

@@ -125,6 +125,12 @@ export const ResourcesSchema = z.object({
   instances: z.number().int().min(1).max(64).default(1),
   /** Seconds a worker may take to load, warm up and check its variants before it is stopped. */
   load_timeout_s: z.number().positive().max(86_400).default(600),
+  /**
+   * How long a torch worker polls its control channel after answering before it sleeps, while
+   * requests keep arriving within that time (docs/worker-protocol.md#spinning). Unset: 1000 on a
+   * CUDA device, 0 (off) on the CPU, where a spinning worker takes a core from the forward passes.
+   */
+  spin_us: z.number().int().min(0).max(100_000).optional(),
 });
 
 /**

@@ -16,3 +16,9 @@ export function workerPids(parent = process.pid): number[] {
   }
   return pids;
 }
+
+/** The state letter of a process in /proc/PID/stat: R running or runnable, S sleeping, ... */
+export function processState(pid: number): string {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+}

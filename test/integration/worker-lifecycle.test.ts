@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { defaultConfig } from '../../src/config.js';
 import { Gateway } from '../../src/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
-import { workerPids } from '../helpers/processes.js';
+import { processState, workerPids } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
 
 /**
@@ -74,6 +74,40 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     assert.equal(workers.length, 1, `one worker for one instance, found ${workers.length}`);
     assert.ok(!killed.some((pid) => workers.includes(pid)));
     assert.equal(gateway.modelInfo('sleepy').versions[0]?.state, 'ready');
+  });
+
+  it('restarts a worker killed while it spins on its channel, and the new one answers the same', async () => {
+    // The longest spin a config allows: after each answer the worker polls its channel for 0.1 s
+    // while calls keep coming back to back, so it is running, not asleep, when it is killed.
+    const dir = join(work, 'spinner');
+    cpSync(join(models, 'adder'), dir, { recursive: true });
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    config.name = 'spinner';
+    config.resources = { ...config.resources, spin_us: 100_000 };
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    const before = workerPids();
+    assert.equal((await gateway.register(dir)).versions[0]?.state, 'ready');
+    const [pid] = workerPids().filter((p) => !before.includes(p));
+    assert.ok(pid, 'the spinner has a worker');
+    const call = () => gateway.infer({ model: 'spinner', inputs: { a: [[1, 2]], b: [[10, 20]] } });
+    let answer = await call();
+    for (let i = 0; i < 3; i++) answer = await call();
+    // 'R' is running or runnable: the spin. A worker blocked in recv() would be 'S'.
+    assert.equal(processState(pid), 'R', 'the worker spins after answering');
+    process.kill(pid, 'SIGKILL');
+    const restarted = await waitFor('a new spinner worker', () =>
+      workerPids().find((p) => !before.includes(p) && p !== pid),
+    );
+    await waitFor('the spinner ready again', () =>
+      gateway.modelInfo('spinner').versions[0]?.state === 'ready' ? true : undefined,
+    );
+    const again = await call();
+    // The same answer; only the tensor:// handles of the two results differ.
+    const values = (r: typeof answer) => r.outputs.map((o) => o.summary);
+    assert.deepEqual(values(again), values(answer));
+    assert.deepEqual(values(again)[0]?.values, [[11, 22]]);
+    assert.ok(workerPids().includes(restarted));
+    await gateway.unloadModel('spinner');
   });
 
   it('reports a model whose weights cannot load as failed, with the reason, and keeps serving others', async () => {

@@ -72,7 +72,11 @@ export class TorchInstance implements EngineInstance {
       tolerance: config.validation.tolerance,
       ...(this.options.cacheDir ? { cache_dir: this.options.cacheDir } : {}),
     };
-    const loaded = LoadResultSchema.parse(await this.loadWithin(worker, { model, variants }));
+    // Unset: the worker picks by the device it loaded on (CUDA spins, the CPU does not).
+    const spinUs = config.resources.spin_us;
+    const loaded = LoadResultSchema.parse(
+      await this.loadWithin(worker, { model, variants, ...(spinUs !== undefined ? { spin_us: spinUs } : {}) }),
+    );
     return {
       device: loaded.device,
       loadMs: loaded.load_ms,

@@ -1,0 +1,43 @@
+import type { MachineInfo } from '../mcp-overhead/machine.js';
+import type { Distribution } from '../mcp-overhead/stats.js';
+
+/** What bench/fixed-cost/run.ts writes to bench/results/fixed-cost-<time>.json. */
+
+export interface ScenarioResult {
+  name: string;
+  what: string;
+  latency: Distribution;
+  /** p50 - the raw forward's p50. */
+  over_raw_ms?: number;
+  /** Medians of the stage timings the server reported (tensorgate's scenarios). */
+  server_ms?: Record<string, number>;
+  /** CPU time per call from /proc: the serving gateway, and the workers it started. */
+  cpu_ms_per_call?: { gateway: number; worker: number };
+}
+
+export interface TargetResult {
+  target: string;
+  goal: string;
+  measured_over_raw_ms: number;
+  allowed_ms: number;
+  met: boolean;
+}
+
+export interface FixedCostResult {
+  benchmark: 'fixed-cost';
+  date: string;
+  profiled: false;
+  machine: MachineInfo;
+  config: {
+    model: string;
+    format: string;
+    calls: number;
+    rounds: number;
+    warmup: number;
+    spin_us: number;
+    seconds: number;
+  };
+  scenarios: ScenarioResult[];
+  targets: TargetResult[];
+  median_raw_ms: number;
+}

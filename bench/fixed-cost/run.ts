@@ -1,0 +1,305 @@
+/**
+ * bench/fixed-cost: what one call costs beyond the forward pass when the model is tiny, so that
+ * the fixed cost per call is all there is to see.
+ *
+ *   node --import tsx bench/fixed-cost/run.ts [--calls 1000] [--rounds 5] [--spin-us 2000] [--out FILE]
+ *
+ * The demo tabular model (version 1, `.pt2`, one row of 4 floats) is served twice by the same
+ * gateways: as `tabular-classifier` with the default channel (no spin on the CPU) and as
+ * `tabular-spin` with `resources.spin_us` set, so that the worker polls its control channel after
+ * answering instead of sleeping (docs/worker-protocol.md#spinning). One client, sequential calls,
+ * every scenario interleaved in rounds so that drift of the machine hits all alike:
+ *
+ * - `raw`: the forward pass in one Python process (bench/mcp-overhead/baseline.py), the baseline;
+ * - `oip/binary`: OIP v2 REST with binary tensor data in and out (`tensorgate serve --http`);
+ * - `stdio/path`: the MCP `infer` tool over stdio, input as a `.npy` path (`tensorgate serve --stdio`);
+ * - `stdio/list_models`: tensorgate's cheapest tool call over the same stdio pipe: the protocol floor;
+ * - `sdk-echo/path`: the MCP TypeScript SDK alone (McpServer over its stdio transport, a no-op
+ *   `infer` tool) carrying the same arguments;
+ * - `echo/path`: a bare newline-delimited JSON-RPC echo over a pipe, no SDK at all.
+ *
+ * Per scenario it reports the latency and, for the tensorgate ones, the CPU time per call of the
+ * gateway and of the model's worker (from /proc), which is what the spin costs.
+ * Results go to bench/results/fixed-cost-<time>.json; `node --import tsx bench/report.ts` renders them.
+ */
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
+import type { StageTimings } from '../../src/gateway.js';
+import { encodeNpy } from '../../src/tensor/npy.js';
+import { buildDemoModels, makeVariant } from '../batching/models.js';
+import { BaselineProcess, EchoConnection, McpConnection } from '../mcp-overhead/clients.js';
+import { machineInfo } from '../mcp-overhead/machine.js';
+import { distribution, median, medianPerKey, round } from '../mcp-overhead/stats.js';
+import { binaryRequest, postForHeader } from '../oip/requests.js';
+import { startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
+import type { FixedCostResult, ScenarioResult } from './results.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const MODEL = 'tabular-classifier';
+const SPIN_MODEL = 'tabular-spin';
+/** The issue's targets: over the raw forward, in ms. */
+const OIP_TARGET_MS = 0.25;
+const STDIO_TARGET_MS = 0.25;
+
+const { values: opts } = parseArgs({
+  options: {
+    calls: { type: 'string', default: '1000' },
+    rounds: { type: 'string', default: '5' },
+    warmup: { type: 'string', default: '100' },
+    'spin-us': { type: 'string', default: '2000' },
+    out: { type: 'string' },
+  },
+});
+const calls = Number(opts.calls);
+const rounds = Number(opts.rounds);
+const warmup = Number(opts.warmup);
+const spinUs = Number(opts['spin-us']);
+
+/** Clock ticks per second of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux). */
+const TICKS_PER_S = 100;
+
+/** CPU ms a process has used, and its children (the workers) separately. */
+function cpuMs(pid: number): { self: number; children: number } {
+  const children = readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map((d) => procStat(Number(d)))
+    .filter((s) => s !== undefined && s.ppid === pid);
+  const self = procStat(pid);
+  return {
+    self: self ? self.cpuMs : 0,
+    children: children.reduce((sum, s) => sum + (s?.cpuMs ?? 0), 0),
+  };
+}
+
+function procStat(pid: number): { ppid: number; cpuMs: number } | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command may hold spaces and parentheses: fields start after the last ')'.
+    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return { ppid: Number(fields[1]), cpuMs: (ticks / TICKS_PER_S) * 1000 };
+  } catch {
+    return undefined; // gone meanwhile
+  }
+}
+
+/** The model repository: the tabular model as it ships, and a copy of it that spins. */
+function repository(work: string): { repo: string; plainDir: string } {
+  const demo = join(ROOT, 'models');
+  buildDemoModels(ROOT, pythonExecutable(), demo);
+  const repo = join(work, 'models');
+  const plain = makeVariant('tabular', demo, repo, null);
+  const dir = join(repo, SPIN_MODEL);
+  cpSync(plain.dir, dir, { recursive: true });
+  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as {
+    name: string;
+    resources: Record<string, unknown>;
+  };
+  config.name = SPIN_MODEL;
+  config.resources.spin_us = spinUs;
+  writeFileSync(join(dir, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  return { repo, plainDir: plain.dir };
+}
+
+interface Scenario {
+  name: string;
+  what: string;
+  /** One call; resolves with the server's stage timings where the answer carries them. */
+  call: () => Promise<StageTimings | undefined>;
+  /** The process whose CPU (and its children's) a call of this scenario costs. */
+  pid?: number;
+}
+
+/** The stage timings an OIP answer carries in its parameters. */
+function stageTimings(p: Record<string, number>): StageTimings {
+  return {
+    decode_ms: p.decode_ms ?? 0,
+    queue_ms: p.queue_ms ?? 0,
+    transfer_ms: p.transfer_ms ?? 0,
+    compute_ms: p.compute_ms ?? 0,
+    encode_ms: p.encode_ms ?? 0,
+    total_ms: p.total_ms ?? 0,
+  };
+}
+
+async function main(): Promise<void> {
+  const work = mkdtempSync(join(tmpdir(), 'tg-bench-fixed-'));
+  const { repo: models, plainDir } = repository(work);
+  const input = new Float32Array([5.1, 3.5, 1.4, 0.2]);
+  const npy = join(work, 'row.npy');
+  writeFileSync(npy, encodeNpy({ dtype: 'float32', shape: [1, 4], data: new Uint8Array(input.buffer) }));
+
+  process.stderr.write('starting the servers and the baseline...\n');
+  const http = await startTensorgate(ROOT, models, work, /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/);
+  const stdio = await McpConnection.open('stdio', { root: ROOT, models, workDir: work });
+  await stdio.waitReady(SPIN_MODEL);
+  const sdkEcho = await McpConnection.openSdkEcho();
+  const echo = new EchoConnection();
+  const baseline = new BaselineProcess(pythonExecutable(), plainDir, npy, 200);
+  const baselineInfo = await baseline.ready;
+
+  const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, input);
+  const oip = (model: string) => async () => {
+    const header = await postForHeader(http.base, `/v2/models/${model}/infer`, body);
+    return stageTimings(header.parameters as Record<string, number>);
+  };
+  const mcp = (conn: McpConnection, tool: string, args: Record<string, unknown>) => async () =>
+    (await conn.callTool(tool, args)).timings;
+  const infer = (model: string) => ({ model, inputs: { features: { path: npy } } });
+  const scenarios: Scenario[] = [
+    { name: 'oip/binary', what: 'OIP v2 REST, binary tensor data in and out', call: oip(MODEL), pid: http.child.pid },
+    {
+      name: 'oip/binary+spin',
+      what: `the same, worker spinning ${spinUs} µs`,
+      call: oip(SPIN_MODEL),
+      pid: http.child.pid,
+    },
+    {
+      name: 'stdio/path',
+      what: 'MCP `infer` over stdio, input by `.npy` path',
+      call: mcp(stdio, 'infer', infer(MODEL)),
+      pid: stdio.pid,
+    },
+    {
+      name: 'stdio/path+spin',
+      what: `the same, worker spinning ${spinUs} µs`,
+      call: mcp(stdio, 'infer', infer(SPIN_MODEL)),
+      pid: stdio.pid,
+    },
+    {
+      name: 'stdio/list_models',
+      what: "tensorgate's cheapest tool over the same pipe (the protocol floor)",
+      call: mcp(stdio, 'list_models', {}),
+      pid: stdio.pid,
+    },
+    {
+      name: 'sdk-echo/path',
+      what: 'MCP TypeScript SDK alone: McpServer + stdio, a no-op `infer` tool, same arguments',
+      call: mcp(sdkEcho, 'infer', infer(MODEL)),
+    },
+    {
+      name: 'echo/path',
+      what: 'bare newline-delimited JSON-RPC echo over a pipe, same arguments, no SDK',
+      call: async () => {
+        await echo.call(infer(MODEL));
+        return undefined;
+      },
+    },
+  ];
+
+  const latencies = new Map<string, number[]>([['raw', []]]);
+  const stages = new Map<string, StageTimings[]>();
+  const cpu = new Map<string, { gateway: number; worker: number; calls: number }>();
+  for (const s of scenarios) {
+    latencies.set(s.name, []);
+    stages.set(s.name, []);
+    for (let i = 0; i < warmup; i++) await s.call();
+  }
+  await baseline.run(warmup);
+  const started = performance.now();
+  for (let r = 0; r < rounds; r++) {
+    process.stderr.write(`round ${r + 1}/${rounds}\n`);
+    (latencies.get('raw') as number[]).push(...(await baseline.run(calls)).map((s) => s.ms));
+    for (const s of scenarios) {
+      const before = s.pid ? cpuMs(s.pid) : undefined;
+      const into = latencies.get(s.name) as number[];
+      for (let i = 0; i < calls; i++) {
+        const t0 = performance.now();
+        const timings = await s.call();
+        into.push(performance.now() - t0);
+        if (timings) stages.get(s.name)?.push(timings);
+      }
+      if (s.pid && before) {
+        const after = cpuMs(s.pid);
+        const c = cpu.get(s.name) ?? { gateway: 0, worker: 0, calls: 0 };
+        c.gateway += after.self - before.self;
+        c.worker += after.children - before.children;
+        c.calls += calls;
+        cpu.set(s.name, c);
+      }
+    }
+  }
+  const seconds = (performance.now() - started) / 1000;
+
+  const raw = distribution(latencies.get('raw') as number[]);
+  const results: ScenarioResult[] = [
+    { name: 'raw', what: 'forward pass in one Python process (the baseline)', latency: raw },
+  ];
+  for (const s of scenarios) {
+    const latency = distribution(latencies.get(s.name) as number[]);
+    const c = cpu.get(s.name);
+    const timings = stages.get(s.name) ?? [];
+    results.push({
+      name: s.name,
+      what: s.what,
+      latency,
+      over_raw_ms: round(latency.p50 - raw.p50),
+      ...(timings.length > 0 ? { server_ms: medianPerKey(timings as unknown as Record<string, number>[]) } : {}),
+      ...(c ? { cpu_ms_per_call: { gateway: round(c.gateway / c.calls), worker: round(c.worker / c.calls) } } : {}),
+    });
+  }
+  const p50 = (name: string) => (results.find((r) => r.name === name) as ScenarioResult).latency.p50;
+  const floor = p50('stdio/list_models');
+  const targets = ['', '+spin'].flatMap((suffix) => [
+    {
+      target: `oip/binary${suffix}`,
+      goal: `p50 <= raw + ${OIP_TARGET_MS} ms`,
+      measured_over_raw_ms: round(p50(`oip/binary${suffix}`) - raw.p50),
+      allowed_ms: OIP_TARGET_MS,
+      met: p50(`oip/binary${suffix}`) - raw.p50 <= OIP_TARGET_MS,
+    },
+    {
+      target: `stdio/path${suffix}`,
+      goal: `p50 <= raw + list_models floor + ${STDIO_TARGET_MS} ms`,
+      measured_over_raw_ms: round(p50(`stdio/path${suffix}`) - raw.p50),
+      allowed_ms: round(floor + STDIO_TARGET_MS),
+      met: p50(`stdio/path${suffix}`) - raw.p50 <= floor + STDIO_TARGET_MS,
+    },
+  ]);
+
+  const result: FixedCostResult = {
+    benchmark: 'fixed-cost',
+    date: new Date().toISOString(),
+    profiled: false,
+    machine: machineInfo(ROOT, { python: baselineInfo.python, torch: baselineInfo.torch }),
+    config: {
+      model: MODEL,
+      format: baselineInfo.file,
+      calls,
+      rounds,
+      warmup,
+      spin_us: spinUs,
+      seconds: round(seconds, 1),
+    },
+    scenarios: results,
+    targets,
+    median_raw_ms: round(median(latencies.get('raw') as number[])),
+  };
+  for (const r of results)
+    console.log(
+      `${r.name.padEnd(20)} p50 ${r.latency.p50.toFixed(3)} ms  p99 ${r.latency.p99.toFixed(3)}${r.over_raw_ms !== undefined ? `  +${r.over_raw_ms.toFixed(3)} over raw` : ''}${r.cpu_ms_per_call ? `  CPU gateway ${r.cpu_ms_per_call.gateway} worker ${r.cpu_ms_per_call.worker} ms/call` : ''}`,
+    );
+  for (const t of targets)
+    console.log(
+      `${t.target}: ${t.goal}: +${t.measured_over_raw_ms} ms (allowed ${t.allowed_ms}) ${t.met ? 'met' : 'NOT met'}`,
+    );
+
+  const out =
+    opts.out ?? join(ROOT, 'bench', 'results', `fixed-cost-${result.date.replace(/[:.]/g, '-').slice(0, 19)}.json`);
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  process.stderr.write(`wrote ${out}\n`);
+
+  await Promise.all([stdio.close(), sdkEcho.close(), echo.close(), baseline.close()]);
+  await stopProcess(http.child);
+}
+
+main().catch(async (err: unknown) => {
+  console.error(err);
+  await stopAll();
+  process.exit(1);
+});
