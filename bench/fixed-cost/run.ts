@@ -14,6 +14,9 @@
  * - `oip/binary`: OIP v2 REST with binary tensor data in and out (`tensorgate serve --http`);
  * - `stdio/path`: the MCP `infer` tool over stdio, input as a `.npy` path (`tensorgate serve --stdio`);
  * - `stdio/list_models`: tensorgate's cheapest tool call over the same stdio pipe: the protocol floor;
+ * - `http/path`, `http/list_models`: `infer` by path and `list_models` over MCP Streamable HTTP
+ *   (`serve --http`) as the client speaks it by default (a session); `http-2026/path` in the
+ *   2026-07-28 revision (no session, a server built per request);
  * - `sdk-echo/path`: the MCP TypeScript SDK alone (McpServer over its stdio transport, a no-op
  *   `infer` tool) carrying the same arguments;
  * - `echo/path`: a bare newline-delimited JSON-RPC echo over a pipe, no SDK at all.
@@ -134,7 +137,12 @@ async function main(): Promise<void> {
   writeFileSync(npy, encodeNpy({ dtype: 'float32', shape: [1, 4], data: new Uint8Array(input.buffer) }));
 
   process.stderr.write('starting the servers and the baseline...\n');
-  const http = await startTensorgate(ROOT, models, work, /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/);
+  const http = await startTensorgate(ROOT, models, work, /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/, [
+    '--allow-root',
+    work,
+  ]);
+  const mcpHttp = await McpConnection.attach(`${http.base}/mcp`);
+  const mcpHttp2026 = await McpConnection.attach(`${http.base}/mcp`, '2026-07-28');
   const stdio = await McpConnection.open('stdio', { root: ROOT, models, workDir: work });
   await stdio.waitReady(SPIN_MODEL);
   const sdkEcho = await McpConnection.openSdkEcho();
@@ -169,6 +177,24 @@ async function main(): Promise<void> {
       what: `the same, worker spinning ${spinUs} µs`,
       call: mcp(stdio, 'infer', infer(SPIN_MODEL)),
       pid: stdio.pid,
+    },
+    {
+      name: 'http/path',
+      what: 'MCP `infer` over Streamable HTTP, input by `.npy` path',
+      call: mcp(mcpHttp, 'infer', infer(MODEL)),
+      pid: http.child.pid,
+    },
+    {
+      name: 'http-2026/path',
+      what: 'the same in the 2026-07-28 revision: no session, a server per request',
+      call: mcp(mcpHttp2026, 'infer', infer(MODEL)),
+      pid: http.child.pid,
+    },
+    {
+      name: 'http/list_models',
+      what: "tensorgate's cheapest tool over Streamable HTTP",
+      call: mcp(mcpHttp, 'list_models', {}),
+      pid: http.child.pid,
     },
     {
       name: 'stdio/list_models',
@@ -294,7 +320,14 @@ async function main(): Promise<void> {
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   process.stderr.write(`wrote ${out}\n`);
 
-  await Promise.all([stdio.close(), sdkEcho.close(), echo.close(), baseline.close()]);
+  await Promise.all([
+    stdio.close(),
+    mcpHttp.close(),
+    mcpHttp2026.close(),
+    sdkEcho.close(),
+    echo.close(),
+    baseline.close(),
+  ]);
   await stopProcess(http.child);
 }
 

@@ -111,6 +111,22 @@ export class McpConnection {
     return conn;
   }
 
+  /**
+   * An MCP client over Streamable HTTP to a server that is already running (not stopped by
+   * close()); `protocolVersion` pins a revision (2026-07-28: no session, a server per request).
+   */
+  static async attach(url: string, protocolVersion?: string): Promise<McpConnection> {
+    const client = new Client(
+      { name: 'tensorgate-bench', version: '0.0.0' },
+      protocolVersion ? { versionNegotiation: { mode: { pin: protocolVersion } } } : {},
+    );
+    const transport = new StreamableHTTPClientTransport(new URL(url));
+    await client.connect(transport);
+    const conn = new McpConnection('http', client, () => client.close());
+    conn.wrap(transport);
+    return conn;
+  }
+
   /** The SDK's own floor: sdk-echo-server.mjs (McpServer + StdioServerTransport, a no-op `infer`). */
   static async openSdkEcho(): Promise<McpConnection> {
     const client = new Client({ name: 'tensorgate-bench', version: '0.0.0' });

@@ -161,12 +161,14 @@ export async function startTensorgate(
   models: string,
   work: string,
   ready = /at (http:\/\/[\d.]+:\d+)\/mcp/,
+  options: string[] = [],
 ): Promise<{ child: ChildProcess; base: string }> {
   const { child, match } = await startProcess(
     process.execPath,
     [join(root, 'bin/tensorgate.js'), '--models', models, '--registry', join(work, 'r.db')].concat([
       '--audit-log',
       join(work, 'audit.jsonl'),
+      ...options,
       'serve',
       '--http',
       '0',

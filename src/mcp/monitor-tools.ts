@@ -153,7 +153,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
 
   register(
     'get_metrics',
-    {
+    () => ({
       title: 'Serving metrics',
       description:
         'Health and traffic of each model version over a recent window: state, requests and throughput, P50/P90/P99 latency, error rate with the top error codes, average batch size, queue and memory. detail "full" adds stage percentiles, batch sizes, input forms, workers and totals.',
@@ -182,7 +182,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           .optional(),
       }),
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
-    },
+    }),
     async ({ model, window_s, detail }, ctx) => {
       try {
         const caller = callerOf(ctx);
@@ -218,7 +218,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
 
   register(
     'explain_latency',
-    {
+    () => ({
       title: 'Explain latency',
       description:
         "Where the time goes, and what to change. For a model: the mean stage breakdown (decode, queue, transfer, compute, encode) of its recent requests, the dominant stage, and advice such as 'queue dominates: raise instances' or 'decode dominates: send b64 or a path instead of JSON arrays'. For a request_id (from an infer result): that request's breakdown, compared with the model's typical request.",
@@ -251,7 +251,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           .describe('the newest requests'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
-    },
+    }),
     async ({ model, version, request_id, window_s }, ctx) => {
       try {
         const caller = callerOf(ctx);

@@ -110,13 +110,13 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
   const register = schemaSharingRegistrar(server);
   register(
     'list_models',
-    {
+    () => ({
       title: 'List models',
       description: 'Lists the models this server serves, with their versions and whether each is ready.',
       inputSchema: z.object({}),
       outputSchema: z.object({ models: z.array(ModelOut) }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async (_args, ctx) => {
       try {
         const caller = callerOf(ctx);
@@ -137,7 +137,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
 
   register(
     'describe_model',
-    {
+    () => ({
       title: 'Describe a model',
       description:
         'Shows what a model takes and returns: input and output tensors (name, dtype, shape with -1 for any size, class labels), precisions offered, resources and versions. Call it before infer.',
@@ -155,7 +155,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
         remote: z.object({ url: z.string(), model: z.string() }).optional().describe('where a remote model runs'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async ({ model }, ctx) => {
       try {
         gateway.access.check(callerOf(ctx), 'read', 'model', model);
@@ -195,14 +195,14 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
   });
   register(
     'load_model',
-    {
+    () => ({
       title: 'Load a model',
       description:
         'Loads a model version into worker processes and warms it up; returns when it is ready. Models also load on their first infer call, so this only moves the wait earlier. May unload the least recently used idle model to stay within the memory budget.',
       inputSchema: versionArgs,
       outputSchema: ModelOut,
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async ({ model, version }, ctx) =>
       stateResult(model, () => {
         gateway.access.check(callerOf(ctx), 'modify', 'model', model);
@@ -212,7 +212,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
 
   register(
     'unload_model',
-    {
+    () => ({
       title: 'Unload a model',
       description:
         'Stops the worker processes of a model version (all versions when none is given) after their running requests finish, freeing their memory. The model stays registered and loads again on its next infer call.',
@@ -221,7 +221,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
       }),
       outputSchema: ModelOut,
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async ({ model, version }, ctx) =>
       stateResult(model, () => {
         gateway.access.check(callerOf(ctx), 'modify', 'model', model);
@@ -231,14 +231,14 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
 
   register(
     'infer',
-    {
+    () => ({
       title: 'Run a model',
       description:
         'Runs a model on named input tensors and returns, per output, its shape, dtype, a summary (top-k classes with labels, or min/max/mean/std, or the values when small) and a tensor:// handle to the full tensor, plus the time of each stage. For large inputs prefer {"path"} or {"b64"} over JSON arrays.',
       inputSchema: InferenceRequestSchema,
       outputSchema: InferOut,
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
-    },
+    }),
     async (request, ctx) => {
       try {
         gateway.access.check(callerOf(ctx), 'execute', 'model', request.model);

@@ -51,13 +51,13 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
   const register = schemaSharingRegistrar(server);
   register(
     'list_runs',
-    {
+    () => ({
       title: 'List training runs',
       description:
         'Lists the training runs attached with tensorgate.train on this machine: id, state (starting, running, paused, stopped, finished, exited), step and the last value of each metric.',
       inputSchema: z.object({}),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async (_args, ctx) => {
       try {
         const caller = callerOf(ctx);
@@ -80,7 +80,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
   );
   register(
     'get_run',
-    {
+    () => ({
       title: 'Inspect a training run',
       description:
         "Shows a run's hyperparameters (declared spec, current value, pending changes with the step they apply at), metric summaries (last, min, max, recent mean, trend), each metric's curve downsampled to `points` points, recent changes and the last checkpoint. `plot: true` adds a PNG of the curves.",
@@ -92,7 +92,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
         plot: z.boolean().optional().describe('add a PNG plot of the curves'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async ({ run, metrics, points, since_step, plot }, ctx) => {
       try {
         access.check(callerOf(ctx), 'read', 'run', run);
@@ -122,7 +122,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
   );
   register(
     'set_hyperparameters',
-    {
+    () => ({
       title: 'Change hyperparameters of a run',
       description:
         "Changes hyperparameters of a running training run, checked against the run's declared types and ranges. Answers at once with the pending change; the trainer applies it between optimizer steps, at apply_at_step (default: the next step) or the first step after, and get_run then shows the step it was applied at.",
@@ -136,7 +136,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
         reason: z.string().max(500).optional().describe('why, for the audit log'),
       }),
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
-    },
+    }),
     async ({ run, values, apply_at_step, reason }, ctx) => {
       try {
         access.check(callerOf(ctx), 'write', 'run', run);
@@ -158,7 +158,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
   );
   register(
     'control_run',
-    {
+    () => ({
       title: 'Pause, resume, checkpoint or stop a run',
       description:
         'pause: the trainer waits at its next step boundary until resume. checkpoint: it calls its on_checkpoint callback at the next step boundary. stop: it checkpoints (when it has a callback, unless checkpoint: false) and ends its loop.',
@@ -173,7 +173,7 @@ export function registerTrainingTools(server: McpServer, training: TrainingContr
         reason: z.string().max(500).optional().describe('why, for the audit log'),
       }),
       annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
-    },
+    }),
     async ({ run, command, checkpoint, reason }, ctx) => {
       try {
         access.check(callerOf(ctx), 'write', 'run', run);

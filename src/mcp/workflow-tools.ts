@@ -77,14 +77,14 @@ export function registerWorkflowTools(server: McpServer, gateway: Gateway): void
 
   register(
     'list_workflows',
-    {
+    () => ({
       title: 'List workflows',
       description:
         "Lists the workflows this server runs: graphs of models with branches, run server-side in one call by run_workflow. Shows each one's inputs and outputs, its stages and the conditions they run under.",
       inputSchema: z.object({}),
       outputSchema: z.object({ workflows: z.array(WorkflowOut) }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-    },
+    }),
     async (_args, ctx) => {
       try {
         const caller = callerOf(ctx);
@@ -110,14 +110,14 @@ export function registerWorkflowTools(server: McpServer, gateway: Gateway): void
 
   register(
     'run_workflow',
-    {
+    () => ({
       title: 'Run a workflow',
       description:
         'Runs a workflow (see list_workflows) on named input tensors: its stages run server-side, independent ones in parallel, branches decided on earlier outputs, intermediate tensors never leave the server. Returns each output like infer does (summary plus tensor:// handle, or a literal value), and every stage with its status and timings.',
       inputSchema: WorkflowRequestSchema,
       outputSchema: RunOut,
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
-    },
+    }),
     async (request, ctx) => {
       try {
         // The workflow's grant does not widen the caller's: it must be allowed every model it runs.

@@ -1,12 +1,14 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 import { tgError } from '../errors.js';
 import { parseNpyLayout } from './npy.js';
-import type { TensorSource } from './source.js';
+import { type TensorSource, tensorSource } from './source.js';
+import { makeTensor } from './tensor.js';
 
 /**
  * A `.npy` file as a tensor source: the header is read and checked now (dtype, shape, exact file
  * size), the data is read later, straight into its destination with one read(2). Nothing is
- * allocated for the data on the gateway side.
+ * allocated for the data on the gateway side, except for a file of at most 4 KiB, which the
+ * header's read brings in whole.
  */
 
 const FIRST_READ = 4096;
@@ -14,8 +16,9 @@ const FIRST_READ = 4096;
 export function npyFileSource(path: string, fileBytes: number): TensorSource {
   const fd = openSync(path, 'r');
   let layout: ReturnType<typeof parseNpyLayout>;
+  let head: Buffer;
   try {
-    let head = readAt(fd, Buffer.allocUnsafe(Math.min(fileBytes, FIRST_READ)), 0);
+    head = readAt(fd, Buffer.allocUnsafe(Math.min(fileBytes, FIRST_READ)), 0);
     // A header longer than the first read (rare: version 2/3, huge shapes): read up to its end.
     if (head.byteLength >= 12) {
       const headerEnd = head[6] === 1 ? 10 + head.readUInt16LE(8) : 12 + head.readUInt32LE(8);
@@ -26,6 +29,8 @@ export function npyFileSource(path: string, fileBytes: number): TensorSource {
     closeSync(fd);
   }
   const { dtype, shape, dataStart, dataBytes } = layout;
+  // A small file came in whole with the header: keep its data rather than open it a second time.
+  if (head.byteLength === fileBytes) return tensorSource(makeTensor(dtype, shape, head.subarray(dataStart)));
   return {
     dtype,
     shape,

@@ -110,6 +110,7 @@ export function defineMcpSuite(kind: TransportKind): void {
     });
 
     it('lists tools with schemas and honest annotations', async () => {
+      if (kind === 'http-2026') assert.equal(client.getNegotiatedProtocolVersion(), '2026-07-28');
       const { tools } = await client.listTools();
       const byName = new Map(tools.map((t) => [t.name, t]));
       for (const name of ['list_models', 'describe_model', 'infer', 'load_model', 'unload_model']) {

@@ -12,7 +12,12 @@ import { ensureTestModels, ROOT } from './models.js';
  * official MCP client to it over a real transport. Nothing of tensorgate is mocked.
  */
 
-export type TransportKind = 'stdio' | 'http';
+/**
+ * `http` is Streamable HTTP as the client speaks it by default (the 2025 era: a session, one
+ * server per session); `http-2026` pins the 2026-07-28 revision, served statelessly with one
+ * server per request.
+ */
+export type TransportKind = 'stdio' | 'http' | 'http-2026';
 
 export interface Connected {
   client: Client;
@@ -35,7 +40,10 @@ export async function connect(
   const models = modelsDir ?? ensureTestModels();
   const workDir = mkdtempSync(join(tmpdir(), 'tensorgate-test-'));
   const common = ['--models', models, '--registry', join(workDir, 'registry.db'), '--allow-root', workDir];
-  const client = new Client({ name: 'tensorgate-tests', version: '0.0.0' });
+  const client = new Client(
+    { name: 'tensorgate-tests', version: '0.0.0' },
+    kind === 'http-2026' ? { versionNegotiation: { mode: { pin: '2026-07-28' } } } : {},
+  );
   let close: () => Promise<void>;
   let url: string | undefined;
   let log = '';

@@ -13,16 +13,34 @@ const tensor = { dtype: 'float32' as const, shape: [2, 2], data: new Uint8Array(
 
 test('a .npy source checks the header now and reads the data into the target later', () => {
   const path = join(dir, 'x.npy');
+  const big = new Float32Array(2 * 1024).map((_, i) => i / 4); // 8 KiB: more than the header's read
+  const npy = encodeNpy({ dtype: 'float32', shape: [2, 1024], data: new Uint8Array(big.buffer) });
+  writeFileSync(path, npy);
+  const source = npyFileSource(path, npy.byteLength);
+  assert.deepEqual(
+    [source.dtype, source.shape, source.byteLength, source.data],
+    ['float32', [2, 1024], 8192, undefined],
+  );
+  const target = new Uint8Array(8192 + 16).fill(7);
+  source.fill(target.subarray(8, 8200));
+  assert.deepEqual(new Float32Array(target.slice(8, 8200).buffer), big);
+  assert.equal(target[7], 7, 'nothing written outside the target');
+  assert.equal(target[8200], 7, 'nothing written outside the target');
+  rmSync(path);
+  assert.throws(() => source.fill(new Uint8Array(8192)), { code: 'FILE_NOT_FOUND' });
+});
+
+test('a .npy file of at most 4 KiB is read whole with its header, and not opened again', () => {
+  const path = join(dir, 'small.npy');
   const npy = encodeNpy(tensor);
   writeFileSync(path, npy);
   const source = npyFileSource(path, npy.byteLength);
-  assert.deepEqual([source.dtype, source.shape, source.byteLength, source.data], ['float32', [2, 2], 16, undefined]);
-  const target = new Uint8Array(32).fill(7);
-  source.fill(target.subarray(8, 24));
-  assert.deepEqual([...new Float32Array(target.slice(8, 24).buffer)], [...values]);
-  assert.equal(target[7], 7, 'nothing written outside the target');
-  rmSync(path);
-  assert.throws(() => source.fill(new Uint8Array(16)), { code: 'FILE_NOT_FOUND' });
+  assert.deepEqual([source.dtype, source.shape, source.byteLength], ['float32', [2, 2], 16]);
+  assert.deepEqual([...new Float32Array(Uint8Array.from(source.data ?? []).buffer)], [...values]);
+  rmSync(path); // already read: the source does not need the file any more
+  const target = new Uint8Array(16);
+  source.fill(target);
+  assert.deepEqual([...new Float32Array(target.buffer)], [...values]);
 });
 
 test('a .npy header longer than the first read (version 2.0) is read whole', () => {
