@@ -17,12 +17,23 @@ function bad(message: string, data: Record<string, unknown> = {}): Error {
   return tgError('BAD_TENSOR', `.npy: ${message}`, data);
 }
 
-function field(header: string, key: string, value: string): string | undefined {
-  return new RegExp(`['"]${key}['"]\\s*:\\s*${value}`).exec(header)?.[1];
+/** The header dict's three keys, each with its value's pattern; compiled once, not per file. */
+const FIELDS = {
+  descr: fieldPattern('descr', `['"]([^'"]*)['"]`),
+  fortran_order: fieldPattern('fortran_order', '(True|False)'),
+  shape: fieldPattern('shape', '\\(([^)]*)\\)'),
+};
+
+function fieldPattern(key: string, value: string): RegExp {
+  return new RegExp(`['"]${key}['"]\\s*:\\s*${value}`);
+}
+
+function field(header: string, key: keyof typeof FIELDS): string | undefined {
+  return FIELDS[key].exec(header)?.[1];
 }
 
 function parseDescr(header: string): DType {
-  const descr = field(header, 'descr', `['"]([^'"]*)['"]`);
+  const descr = field(header, 'descr');
   if (descr === undefined) {
     throw bad("structured or unreadable dtype in the header; save a plain numeric array (e.g. arr.astype('<f4'))", {
       header,
@@ -42,7 +53,7 @@ function parseDescr(header: string): DType {
 }
 
 function parseShape(header: string): number[] {
-  const inner = field(header, 'shape', '\\(([^)]*)\\)');
+  const inner = field(header, 'shape');
   if (inner === undefined) throw bad("the header has no 'shape' tuple; write the file with numpy.save", { header });
   const parts = inner
     .split(',')
@@ -92,7 +103,7 @@ export function parseNpyLayout(head: Uint8Array, fileBytes: number): NpyLayout {
   }
   const header = Buffer.from(head.buffer, head.byteOffset + start, headerLen).toString(major === 3 ? 'utf8' : 'latin1');
   const dtype = parseDescr(header);
-  if (field(header, 'fortran_order', '(True|False)') !== 'False') {
+  if (field(header, 'fortran_order') !== 'False') {
     throw bad('the array is stored in Fortran (column-major) order; save numpy.ascontiguousarray(arr) instead', {
       header,
     });
