@@ -16,6 +16,7 @@ import { renderBatching } from './batching/render.js';
 import { renderEngines } from './engines/render.js';
 import { renderFixedCost } from './fixed-cost/render.js';
 import { renderGpuCheck } from './gpu/render.js';
+import { renderGpuServing } from './gpu/serving-render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
@@ -61,6 +62,7 @@ const RENDERERS: Record<string, Renderer> = {
   remote: renderRemote,
   engines: renderEngines,
   'gpu-check': renderGpuCheck,
+  'gpu-serving': renderGpuServing,
   'training-gpu': renderTrainingGpu,
 };
 
@@ -113,7 +115,8 @@ function main(): void {
     'node --import tsx bench/engines/run.ts                # about 15 minutes on 2 cores',
     '.tensorgate/venv/bin/python bench/gpu/check.py        # on a CUDA machine (--device cpu elsewhere): about 3 minutes',
     'PYTHONPATH=python python3 bench/training/gpu.py       # on a CUDA machine (--device cpu elsewhere): about 2 minutes',
-    'bash bench/gpu/device.sh                              # both, in one call of a lent GPU machine (see the script)',
+    '.tensorgate/venv/bin/python bench/gpu/serving.py      # on a CUDA machine (--device cpu elsewhere): about 3 minutes',
+    'bash bench/gpu/device.sh                              # all three, in one call of a lent GPU machine (see the script)',
     'node --import tsx bench/report.ts                      # rewrites this file',
     '```',
     '',

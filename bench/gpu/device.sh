@@ -2,11 +2,13 @@
 # The GPU checks of one device call, in order of cost, each allowed to fail without losing the
 # others' results (everything lands under $OUT):
 #   1. bench/gpu/check.py: formats and variants served on CUDA (needs the packed Node + checkout);
-#   2. bench/training/gpu.py: what steering costs a launch-bound training loop (Python only);
+#   2. bench/gpu/serving.py: a call's cost over the raw forward at concurrency 1, and rows per
+#      second against the raw batched forward at concurrency 32 (needs the packed Node too);
+#   3. bench/training/gpu.py: what steering costs a launch-bound training loop (Python only);
 #      against .devkit/train_before.py too when that file is there (an earlier SDK to compare).
 # Pack first, on the build machine (after scripts/setup.sh):
 #   bash ../shared/tools/device-pack.sh     # .devkit/node.xz and .devkit/checkout.tar.xz
-# then run on the device with carry [".devkit"]:  bash bench/gpu/device.sh [training|check|all]
+# then run on the device with carry [".devkit"]:  bash bench/gpu/device.sh [check|serving|training|all]
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-$PWD/bench/results}
@@ -15,11 +17,19 @@ here=$PWD
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 
-if [[ $what == all || $what == check ]]; then
+if [[ $what == all || $what == check || $what == serving ]]; then
   mkdir -p /tmp/node/bin && xz -dc .devkit/node.xz > /tmp/node/bin/node && chmod +x /tmp/node/bin/node
   export PATH=/tmp/node/bin:$PATH
   rm -rf /tmp/tg && mkdir -p /tmp/tg && tar -xJf .devkit/checkout.tar.xz -C /tmp/tg
+fi
+
+if [[ $what == all || $what == check ]]; then
   cd /tmp/tg && timeout 330 python3 bench/gpu/check.py --out "$OUT" 2>&1 | tee "$OUT/gpu-check.log"
+  cd "$here"
+fi
+
+if [[ $what == all || $what == serving ]]; then
+  cd /tmp/tg && timeout 300 python3 bench/gpu/serving.py --out "$OUT" 2>&1 | tee "$OUT/gpu-serving.log"
   cd "$here"
 fi
 

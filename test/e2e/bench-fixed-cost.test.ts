@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { renderFixedCost } from '../../bench/fixed-cost/render.js';
+import type { FixedCostResult } from '../../bench/fixed-cost/results.js';
+
+/**
+ * A smoke run of bench/fixed-cost, short enough for CI: the real servers (HTTP and stdio), the
+ * spinning and the plain worker, the SDK's echo server and the bare JSON-RPC echo, the result file
+ * and its docs section. The figures themselves come from full runs (docs/benchmarks.md).
+ */
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
+  it('measures every scenario with its stages and CPU, and renders the tables', async () => {
+    const out = join(mkdtempSync(join(tmpdir(), 'tg-fixed-cost-smoke-')), 'fixed-cost.json');
+    const args = ['--calls', '20', '--rounds', '1', '--warmup', '5', '--out', out];
+    await promisify(execFile)(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/fixed-cost/run.ts'), ...args], {
+      cwd: ROOT,
+      timeout: 280_000,
+    });
+    const file = JSON.parse(readFileSync(out, 'utf8')) as FixedCostResult;
+    const names = file.scenarios.map((s) => s.name);
+    assert.deepEqual(names, [
+      'raw',
+      'oip/binary',
+      'oip/binary+spin',
+      'stdio/path',
+      'stdio/path+spin',
+      'http/path',
+      'http-2026/path',
+      'http/list_models',
+      'stdio/list_models',
+      'sdk-echo/path',
+      'echo/path',
+    ]);
+    for (const s of file.scenarios) assert.equal(s.latency.n, 20, s.name);
+    // The tensorgate inference scenarios carry the server's own stage timings and CPU figures.
+    for (const name of ['oip/binary', 'oip/binary+spin', 'stdio/path', 'http/path']) {
+      const s = file.scenarios.find((x) => x.name === name);
+      const compute = s?.server_ms?.compute_ms ?? 0;
+      assert.ok(compute > 0 && (s?.server_ms?.total_ms ?? 0) >= compute, name);
+      assert.ok(s?.cpu_ms_per_call && s.cpu_ms_per_call.gateway >= 0, name);
+    }
+    assert.deepEqual(
+      file.targets.map((t) => t.target),
+      ['oip/binary', 'stdio/path', 'oip/binary+spin', 'stdio/path+spin'],
+    );
+    const section = renderFixedCost([file]);
+    assert.match(section, /^## Fixed cost per call \(bench\/fixed-cost\)/);
+    assert.match(section, /\| `stdio\/list_models` \|/);
+    assert.match(section, /### Server stage timings/);
+  });
+});
