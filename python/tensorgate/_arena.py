@@ -15,6 +15,7 @@ doubling bounds it to the size of the current map.
 from __future__ import annotations
 
 import bisect
+import logging
 import mmap
 import os
 
@@ -26,6 +27,44 @@ from ._errors import BAD_TENSOR, WorkerError
 #: Every tensor starts at a multiple of this (a cache line; enough for any dtype and SIMD load).
 ALIGN = 64
 _PAGE = mmap.PAGESIZE
+
+
+log = logging.getLogger("tensorgate.worker")
+
+
+class HostPinning:
+    """Page-locks the arenas' mappings for a CUDA model (``cudaHostRegister``).
+
+    A host tensor in pageable memory reaches the GPU through a staging buffer, and a
+    ``non_blocking`` copy from it is synchronous; from page-locked memory the copy engine reads it
+    directly (DMA) and the copy is asynchronous. The arenas are where every input and output
+    lives, so registering them once spares every request the staging copy, both ways. Off until
+    ``enable()``; a mapping the driver refuses stays pageable (logged once), and serving goes on.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.pinned_bytes = 0
+        self._warned = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def pin(self, mapping: mmap.mmap | None) -> None:
+        if not self.enabled or mapping is None:
+            return
+        try:
+            pointer = torch.frombuffer(mapping, dtype=torch.uint8).data_ptr()
+            # flags 0: cudaHostRegisterDefault; the worker has one CUDA context
+            status = int(torch.cuda.cudart().cudaHostRegister(pointer, len(mapping), 0))
+            if status != 0:
+                raise RuntimeError(f"cudaHostRegister returned {status}")
+        except Exception as exc:  # noqa: BLE001 - pageable memory still works, only slower
+            if not self._warned:
+                log.warning("could not page-lock an arena (%s); copies stay staged", exc)
+                self._warned = True
+            return
+        self.pinned_bytes += len(mapping)
 
 
 def align_up(n: int, alignment: int = ALIGN) -> int:
@@ -111,6 +150,12 @@ class InArena:
         self._fd = os.open(path, os.O_RDWR)
         self._map = _map(self._fd, os.fstat(self._fd).st_size)
         self._retired: list[mmap.mmap] = []
+        self.pinning = HostPinning()
+
+    def pin_for_cuda(self) -> None:
+        """Page-locks the mapping now and every mapping made after growth (see HostPinning)."""
+        self.pinning.enable()
+        self.pinning.pin(self._map)
 
     @property
     def mapped_bytes(self) -> int:
@@ -122,6 +167,7 @@ class InArena:
             if self._map is not None:
                 self._retired.append(self._map)
             self._map = _map(self._fd, size)
+            self.pinning.pin(self._map)
 
     def tensor(
         self, dtype: torch.dtype, shape: object, offset: object, nbytes: object
@@ -166,6 +212,12 @@ class OutArena:
         self._map = _map(self._fd, capacity)
         self._retired: list[mmap.mmap] = []
         self.slots = FreeList(capacity)
+        self.pinning = HostPinning()
+
+    def pin_for_cuda(self) -> None:
+        """Page-locks the mapping now and every mapping made after growth (see HostPinning)."""
+        self.pinning.enable()
+        self.pinning.pin(self._map)
 
     @property
     def capacity(self) -> int:
@@ -176,6 +228,7 @@ class OutArena:
         os.ftruncate(self._fd, capacity)
         self._retired.append(self._map)
         self._map = _map(self._fd, capacity)
+        self.pinning.pin(self._map)
         self.slots.grow(capacity)
 
     def allocate(self, nbytes: int) -> int:

@@ -163,6 +163,10 @@ class Worker:
         variants = runner.build_variants(VariantOptions.from_json(message.get("variants")))
         variants_ms = _ms(checked, time.perf_counter())
         self.runner = runner
+        if model.device.type == "cuda":
+            self.arena_in.pin_for_cuda()
+            self.arena_out.pin_for_cuda()
+        pinned_bytes = self.arena_in.pinning.pinned_bytes + self.arena_out.pinning.pinned_bytes
         spin_us = (
             requested_spin_us
             if requested_spin_us is not None
@@ -181,6 +185,7 @@ class Worker:
         return {
             "device": str(model.device),
             "spin_us": spin_us,
+            "pinned_bytes": pinned_bytes,
             "load_ms": _ms(start, loaded),
             "warmup_ms": round(warmup_ms, 3),
             "weights_bytes": model.weights_bytes,

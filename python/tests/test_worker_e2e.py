@@ -316,9 +316,27 @@ def test_a_spinning_worker_catches_back_to_back_requests_with_identical_outputs(
 def test_spin_defaults_to_off_on_the_cpu_and_a_bad_value_is_refused(spawn, demo_models):
     worker, result = loaded(spawn, demo_models, "tabular-classifier")
     assert result["spin_us"] == 0
+    assert result["pinned_bytes"] == 0  # page-locking is for CUDA models only
     refused = spawn()
     model = load_request(demo_models, "tabular-classifier")
     for bad in (-1, 100_001, 1.5, "500", True):
         error = error_of(refused.request("load", model=model, spin_us=bad))
         assert error["code"] == "BAD_PARAMETER" and "spin_us" in error["message"], error
     assert refused.request("load", model=model, spin_us=10)["ok"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_model_page_locks_both_arenas_spins_and_answers_like_the_cpu(spawn, demo_models):
+    rows = torch.rand(3, 4, generator=torch.Generator().manual_seed(5)) * 7
+    worker = spawn()
+    model = load_request(demo_models, "tabular-classifier", device="cuda")
+    reply = worker.request("load", model=model, variants={"precisions": ["fp32"]})
+    assert reply["ok"], (reply, worker.log())
+    assert reply["result"]["device"].startswith("cuda")
+    assert reply["result"]["spin_us"] == 1000
+    assert reply["result"]["pinned_bytes"] >= 2 * (1 << 20), worker.log()
+    got = worker.outputs(worker.infer({"features": rows}))["probabilities"]
+    direct = torch.export.load(str(demo_models / "tabular-classifier" / "1" / "model.pt2")).module()
+    with torch.inference_mode():
+        expected = direct(rows)
+    assert torch.allclose(got, expected, atol=1e-5)
