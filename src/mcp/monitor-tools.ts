@@ -124,9 +124,14 @@ function line(r: ReturnType<typeof row>): string {
 /** Batching, instances, device and precisions: what the advice of a diagnosis depends on. */
 function modelContext(gateway: Gateway, model: string, device?: string): ModelContext {
   const config = gateway.modelConfig(model);
+  const on = device ?? config.resources.device;
+  const gpu = on.startsWith('cuda')
+    ? gateway.gpu.snapshot?.gpus.find((g) => g.index === Number(on.split(':')[1] ?? 0))
+    : undefined;
   return {
     model,
-    device: device ?? config.resources.device,
+    device: on,
+    ...(gpu ? { gpu_utilization: gpu.utilization } : {}),
     instances: config.resources.instances,
     ...(config.batching
       ? {

@@ -25,7 +25,13 @@ export interface ModelContext {
   /** Undefined when dynamic batching is off. */
   batching?: { max_batch_size: number; max_queue_delay_us: number };
   precisions: string[];
+  /** Busy share (0-1) of the model's GPU as nvidia-smi last sampled it; unknown elsewhere. */
+  gpu_utilization?: number;
 }
+
+/** A GPU busy at least this share of the time is the limit; below the second, it mostly waits. */
+const GPU_SATURATED = 0.85;
+const GPU_WAITING = 0.5;
 
 export interface Diagnosis {
   dominant: BreakdownStage | 'none';
@@ -84,6 +90,8 @@ function advice(
     case 'transfer':
       return `${head}: moving tensors to and from the worker costs more than the forward pass. Batching spreads the round trip over more rows; if the server log says "input arenas use fs writes", build the mmap addon (npm run build:native) to save a copy.`;
     case 'compute': {
+      const gpu = gpuFinding(head, ctx, batchAvg);
+      if (gpu) return gpu;
       const lower = ctx.precisions.filter((p) => p !== 'fp32');
       const options = [
         lower.length > 0 ? `a lower precision (parameters.precision: ${lower.join(' or ')})` : undefined,
@@ -97,6 +105,33 @@ function advice(
     case 'other':
       return `${head}: time outside the measured stages (request validation, model lookup). Report it if it persists: it should be tiny.`;
   }
+}
+
+/**
+ * Compute on a GPU whose utilisation is known: either the device is the limit (busy nearly all
+ * the time: tensorgate cannot make it faster, only a faster forward pass or more GPUs can), or it
+ * waits between forward passes (requests do not keep it busy: fill it with batches or instances).
+ */
+function gpuFinding(head: string, ctx: ModelContext, batchAvg: number): string | undefined {
+  const busy = ctx.gpu_utilization;
+  if (busy === undefined || !ctx.device.startsWith('cuda')) return undefined;
+  const lower = ctx.precisions.filter((p) => p !== 'fp32');
+  if (busy >= GPU_SATURATED) {
+    const options = [
+      lower.length > 0 ? `a lower precision (parameters.precision: ${lower.join(' or ')})` : undefined,
+      'a compiled variant (optimization.torch: compile or aoti)',
+      'instances on another GPU',
+    ].filter(Boolean);
+    return `${head}: the GPU (${ctx.device}) is busy ${pct(busy)} of the time, so the device, not the serving path, is the limit. To go faster: ${options.join(', ')}.`;
+  }
+  if (busy < GPU_WAITING) {
+    const b = ctx.batching;
+    const fill = b
+      ? `batches average ${batchAvg} of at most ${b.max_batch_size} rows: more concurrent requests, or a longer batching.max_queue_delay_us, fill them`
+      : 'dynamic batching ("batching": {"max_batch_size": 32, "max_queue_delay_us": 1000}) lets concurrent requests share a forward pass';
+    return `${head}, yet the GPU (${ctx.device}) is busy only ${pct(busy)} of the time: it waits between forward passes. ${fill[0]?.toUpperCase()}${fill.slice(1)}; a second instance (resources.instances) overlaps one request's transfers with another's compute.`;
+  }
+  return undefined;
 }
 
 /** Diagnoses the mean stage times of a model's recent requests. */

@@ -85,6 +85,43 @@ describe('diagnoseWindow', () => {
     assert.match(d.findings[0] as string, /parameters\.precision: bf16.*GPU/);
   });
 
+  it('compute on a GPU that is nearly always busy: the device is the limit, not the serving path', () => {
+    const gpu: ModelContext = { ...ctx, device: 'cuda:0', gpu_utilization: 0.93 };
+    const d = diagnoseWindow(
+      window(5, () => t({ compute_ms: 4, transfer_ms: 0.3 })),
+      gpu,
+    );
+    assert.equal(d.dominant, 'compute');
+    assert.match(d.findings[0] as string, /busy 93% of the time, so the device, not the serving path, is the limit/);
+    assert.match(d.findings[0] as string, /bf16.*compile or aoti.*another GPU/);
+  });
+
+  it('compute on a GPU that mostly waits: fill it with batches and instances', () => {
+    const batched: ModelContext = {
+      ...ctx,
+      device: 'cuda:0',
+      gpu_utilization: 0.2,
+      batching: { max_batch_size: 32, max_queue_delay_us: 1000 },
+    };
+    const d = diagnoseWindow(
+      window(5, () => t({ compute_ms: 4, transfer_ms: 0.3 }), 'b64', 3),
+      batched,
+    );
+    assert.match(d.findings[0] as string, /busy only 20% of the time: it waits/);
+    assert.match(d.findings[0] as string, /Batches average 3 of at most 32 rows/);
+    const unbatched = diagnoseWindow(
+      window(5, () => t({ compute_ms: 4 })),
+      { ...batched, batching: undefined },
+    );
+    assert.match(unbatched.findings[0] as string, /Dynamic batching \("batching"/);
+    // Utilisation in between, or unknown: the plain compute advice.
+    const between = diagnoseWindow(
+      window(5, () => t({ compute_ms: 4 })),
+      { ...batched, gpu_utilization: 0.7 },
+    );
+    assert.match(between.findings[0] as string, /the model's forward pass on cuda:0 is the cost/);
+  });
+
   it('no dominant stage below 40%', () => {
     const d = diagnoseWindow(
       window(5, () => t({ decode_ms: 3, queue_ms: 3, compute_ms: 3, encode_ms: 1 })),
