@@ -121,7 +121,7 @@ function main(): void {
     '```',
     '',
     'Sections keep the machine and runtime of their last run (Node and torch versions included): the',
-    'engines section is measured on torch 2.15 and Node 24; sections run before that on torch 1.13 and',
+    'engines and fixed-cost sections are measured on torch 2.15 and Node 24; sections run before that on torch 1.13 and',
     'Node 20 stay as measured until they are run again. The GPU sections ran on an H200 with torch',
     '2.11. Its GPU check (below) found what has been fixed since and not yet measured again there:',
     "`torch.compile` of the image model was held to CPU's fp32 tolerance (1e-4; CUDA's default is",

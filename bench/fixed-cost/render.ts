@@ -60,7 +60,7 @@ export function renderFixedCost(files: unknown[]): string {
             .slice(0, -1)
             .map(
               (e) =>
-                `- ${e.date.slice(0, 16).replace('T', ' ')} (${e.machine.commit}): ${e.scenarios.map((s) => `${s.name} ${s.latency.p50}`).join(', ')}`,
+                `- ${e.date.slice(0, 16).replace('T', ' ')} (${e.config.label ?? e.machine.commit}): ${e.scenarios.map((s) => `${s.name} ${s.latency.p50}`).join(', ')}`,
             ),
           '',
         ]

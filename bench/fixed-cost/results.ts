@@ -36,6 +36,8 @@ export interface FixedCostResult {
     warmup: number;
     spin_us: number;
     seconds: number;
+    /** What was measured, when not this checkout as it is (e.g. an earlier commit, for comparison). */
+    label?: string;
   };
   scenarios: ScenarioResult[];
   targets: TargetResult[];

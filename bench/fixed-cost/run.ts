@@ -3,6 +3,7 @@
  * the fixed cost per call is all there is to see.
  *
  *   node --import tsx bench/fixed-cost/run.ts [--calls 1000] [--rounds 5] [--spin-us 2000] [--out FILE]
+ *        [--label TEXT]   (what was measured, when not this checkout as it is)
  *
  * The demo tabular model (version 1, `.pt2`, one row of 4 floats) is served twice by the same
  * gateways: as `tabular-classifier` with the default channel (no spin on the CPU) and as
@@ -55,6 +56,7 @@ const { values: opts } = parseArgs({
     warmup: { type: 'string', default: '100' },
     'spin-us': { type: 'string', default: '2000' },
     out: { type: 'string' },
+    label: { type: 'string' },
   },
 });
 const calls = Number(opts.calls);
@@ -300,6 +302,7 @@ async function main(): Promise<void> {
       warmup,
       spin_us: spinUs,
       seconds: round(seconds, 1),
+      ...(opts.label ? { label: opts.label } : {}),
     },
     scenarios: results,
     targets,
