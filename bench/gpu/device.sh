@@ -9,6 +9,8 @@
 # Pack first, on the build machine (after scripts/setup.sh):
 #   bash ../shared/tools/device-pack.sh     # .devkit/node.xz and .devkit/checkout.tar.xz
 # then run on the device with carry [".devkit"]:  bash bench/gpu/device.sh [check|serving|training|all]
+# A device call runs at most 600 s: give each part a call of its own (check about 5 minutes,
+# serving about 4, training about 2); `all` is for a machine without that limit.
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-$PWD/bench/results}
@@ -29,7 +31,7 @@ if [[ $what == all || $what == check ]]; then
 fi
 
 if [[ $what == all || $what == serving ]]; then
-  cd /tmp/tg && timeout 300 python3 bench/gpu/serving.py --out "$OUT" 2>&1 | tee "$OUT/gpu-serving.log"
+  cd /tmp/tg && timeout 420 python3 bench/gpu/serving.py --out "$OUT" 2>&1 | tee "$OUT/gpu-serving.log"
   cd "$here"
 fi
 

@@ -2,7 +2,7 @@
 """Serving on a GPU: what a call costs over a raw forward, and how much of the device it uses.
 
     python3 bench/gpu/serving.py [--device cuda] [--seconds 5] [--spin-us 1000]
-                                 [--batching 32:2000:1] [--out DIR]
+                                 [--batching 32:2000:1,32:1000:2] [--out DIR]
 
 The demo image model (ResNet-18 shape, ``.pt2``, 1x3x224x224 float32) on ``--device``, served by
 ``tensorgate serve`` (``node bin/tensorgate.js``, workers on this interpreter), against the raw
@@ -457,7 +457,11 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--spin-us", type=int, default=1000)
-    parser.add_argument("--batching", default="32:2000:1", help="max:delay_us:instances[,...]")
+    # One instance waiting for full batches, and two sharing the GPU with a shorter delay (one
+    # instance's copies and Python work overlap the other's compute).
+    parser.add_argument(
+        "--batching", default="32:2000:1,32:1000:2", help="max:delay_us:instances[,...]"
+    )
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
     args = parser.parse_args()
     started = time.perf_counter()
