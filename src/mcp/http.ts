@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { NodeStreamableHTTPServerTransport, toNodeHandler, toWebRequest } from '@modelcontextprotocol/node';
-import { createMcpHandler, isLegacyRequest } from '@modelcontextprotocol/server';
+import { NodeStreamableHTTPServerTransport, toNodeHandler } from '@modelcontextprotocol/node';
+import { classifyInboundRequest, createMcpHandler } from '@modelcontextprotocol/server';
 import type { Gateway } from '../gateway.js';
 import { runWithConnectionSignal } from './connection-signal.js';
 import { createMcpServer } from './server.js';
@@ -49,7 +49,7 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
       await session.transport.handleRequest(req, res, body);
       return;
     }
-    if (!(await isLegacyRequest(await toWebRequest(req, body), body))) {
+    if (!isLegacy(req, body)) {
       await modern(req, res, body);
       return;
     }
@@ -110,6 +110,27 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
       await Promise.allSettled([...sessions.values()].map((s) => s.transport.close()));
     },
   };
+}
+
+/**
+ * Whether the SDK's handler would serve this request as the 2025 era (`isLegacyRequest`), decided
+ * from the Node request itself: `isLegacyRequest` takes a web Request, and converting the Node
+ * request into one only to read three headers cost 0.09 ms of every 2026-07-28 call. The body
+ * has been parsed already (readJson answers a POST without a JSON body itself).
+ */
+function isLegacy(req: IncomingMessage, body: unknown): boolean {
+  const header = (name: string) => {
+    const value = req.headers[name];
+    return Array.isArray(value) ? value.join(', ') : value;
+  };
+  const outcome = classifyInboundRequest({
+    httpMethod: (req.method ?? 'GET').toUpperCase(),
+    protocolVersionHeader: header('mcp-protocol-version'),
+    mcpMethodHeader: header('mcp-method'),
+    mcpNameHeader: header('mcp-name'),
+    ...(body !== undefined ? { body } : {}),
+  });
+  return outcome.kind === 'legacy';
 }
 
 const INVALID = Symbol('invalid body');
