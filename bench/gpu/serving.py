@@ -48,6 +48,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from model_file import load_file  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check import free_port  # noqa: E402
+
 SHAPE = (1, 3, 224, 224)
 PROCESSES, THREADS = 4, 8
 TARGETS_C1_MS = {"stdio/path": 0.5, "oip/binary": 0.3, "oip/shm": 0.3, "http/path": 1.0}
@@ -570,14 +573,6 @@ def main() -> int:
 def all_ready(listing: dict) -> bool:
     versions = [v for m in listing.get("models", []) for v in m["versions"]]
     return bool(versions) and all(v["state"] == "ready" for v in versions)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

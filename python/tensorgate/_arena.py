@@ -35,11 +35,11 @@ log = logging.getLogger("tensorgate.worker")
 class HostPinning:
     """Page-locks the arenas' mappings for a CUDA model (``cudaHostRegister``).
 
-    A host tensor in pageable memory reaches the GPU through a staging buffer, and a
-    ``non_blocking`` copy from it is synchronous; from page-locked memory the copy engine reads it
-    directly (DMA) and the copy is asynchronous. The arenas are where every input and output
-    lives, so registering them once spares every request the staging copy, both ways. Off until
-    ``enable()``; a mapping the driver refuses stays pageable (logged once), and serving goes on.
+    A host tensor in pageable memory goes to or from the GPU through a staging buffer (a CPU copy,
+    then the DMA); page-locked memory the copy engine reads and writes directly. The arenas are
+    where every input and output lives, so registering them once spares every request the
+    staging copy, both ways. Off until ``enable()``; a mapping the driver refuses stays pageable
+    (logged once), and serving goes on.
     """
 
     def __init__(self) -> None:
@@ -47,8 +47,10 @@ class HostPinning:
         self.pinned_bytes = 0
         self._warned = False
 
-    def enable(self) -> None:
+    def enable(self, mapping: mmap.mmap | None) -> None:
+        """Pins ``mapping`` now, and every mapping passed to ``pin`` from now on."""
         self.enabled = True
+        self.pin(mapping)
 
     def pin(self, mapping: mmap.mmap | None) -> None:
         if not self.enabled or mapping is None:
@@ -154,8 +156,7 @@ class InArena:
 
     def pin_for_cuda(self) -> None:
         """Page-locks the mapping now and every mapping made after growth (see HostPinning)."""
-        self.pinning.enable()
-        self.pinning.pin(self._map)
+        self.pinning.enable(self._map)
 
     @property
     def mapped_bytes(self) -> int:
@@ -216,8 +217,7 @@ class OutArena:
 
     def pin_for_cuda(self) -> None:
         """Page-locks the mapping now and every mapping made after growth (see HostPinning)."""
-        self.pinning.enable()
-        self.pinning.pin(self._map)
+        self.pinning.enable(self._map)
 
     @property
     def capacity(self) -> int:

@@ -35,6 +35,23 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     await gateway.close();
   });
 
+  interface TestConfig {
+    name: string;
+    resources: Record<string, unknown>;
+    versions: Record<string, { file: string }>;
+  }
+
+  /** A test model copied into the work folder under another name, its config changed by `edit`. */
+  function copyModel(source: string, name: string, edit: (config: TestConfig) => void): string {
+    const dir = join(work, name);
+    cpSync(join(models, source), dir, { recursive: true });
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as TestConfig;
+    config.name = name;
+    edit(config);
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    return dir;
+  }
+
   it('removes arenas left behind by dead gateways at start', () => {
     assert.ok(!readdirSync('/dev/shm').includes('tensorgate-999999999-stale-in'));
   });
@@ -79,12 +96,9 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
   it('restarts a worker killed while it spins on its channel, and the new one answers the same', async () => {
     // The longest spin a config allows: after each answer the worker polls its channel for 0.1 s
     // while calls keep coming back to back, so it is running, not asleep, when it is killed.
-    const dir = join(work, 'spinner');
-    cpSync(join(models, 'adder'), dir, { recursive: true });
-    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    config.name = 'spinner';
-    config.resources = { ...config.resources, spin_us: 100_000 };
-    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    const dir = copyModel('adder', 'spinner', (config) => {
+      config.resources = { ...config.resources, spin_us: 100_000 };
+    });
     const before = workerPids();
     assert.equal((await gateway.register(dir)).versions[0]?.state, 'ready');
     const [pid] = workerPids().filter((p) => !before.includes(p));
@@ -111,12 +125,12 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
   });
 
   it('reports a model whose weights cannot load as failed, with the reason, and keeps serving others', async () => {
-    const broken = join(work, 'broken');
-    cpSync(join(models, 'adder'), broken, { recursive: true });
-    const config = JSON.parse(readFileSync(join(broken, 'config.json'), 'utf8'));
-    config.name = 'broken';
-    writeFileSync(join(broken, 'config.json'), JSON.stringify(config));
-    writeFileSync(join(broken, '1', config.versions['1'].file), 'not a torchscript archive');
+    const broken = copyModel('adder', 'broken', (config) => {
+      writeFileSync(
+        join(work, 'broken', '1', (config.versions['1'] as { file: string }).file),
+        'not a torchscript archive',
+      );
+    });
     const info = await gateway.register(broken);
     assert.equal(info.versions[0]?.state, 'failed');
     assert.match(info.versions[0]?.error ?? '', /LOAD_FAILED|zip|archive|constants/i);
@@ -130,12 +144,9 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
 
   it('stops a worker that does not load within resources.load_timeout_s, and reports why', async () => {
     // sleepy warms up for a second; a 0.3 s budget runs out while it does.
-    const slow = join(work, 'slow');
-    cpSync(join(models, 'sleepy'), slow, { recursive: true });
-    const config = JSON.parse(readFileSync(join(slow, 'config.json'), 'utf8'));
-    config.name = 'slow';
-    config.resources = { ...config.resources, load_timeout_s: 0.3 };
-    writeFileSync(join(slow, 'config.json'), JSON.stringify(config));
+    const slow = copyModel('sleepy', 'slow', (config) => {
+      config.resources = { ...config.resources, load_timeout_s: 0.3 };
+    });
     const before = workerPids();
     const info = await gateway.register(slow);
     assert.equal(info.versions[0]?.state, 'failed');
