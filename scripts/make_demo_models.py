@@ -8,6 +8,11 @@ runtime's Python (``.tensorgate/venv/bin/python``).
 - ``image-classifier``: a ResNet-18-shaped network (3x224x224 -> 10 CIFAR-10 classes) with
   seeded random weights; version 1 a ``torch.export`` program, version 2 eager (``model.py`` +
   ``weights.pt``).
+- ``digits``: a small CNN trained for a few seconds on the handwritten digits scikit-learn ships
+  inside its package (8x8 scans of 0-9), taking an image file: its ``processing`` decodes a PNG,
+  JPEG, WebP, GIF or BMP of a digit (dark ink on light paper), inverts and shrinks it to 8x8, and
+  answers the top labels. Held-out digits are written as PNGs to ``digits/examples`` with
+  ``labels.json``, for the README's example and the tests.
 - the vision pipeline: ``image-preprocess`` (uint8 HWC pixels -> normalised CHW floats),
   ``object-detector`` (bright regions on a 7x7 grid: scores and boxes), ``detection-fusion``
   (class probabilities weighted by detection confidence) and the workflow ``vision-pipeline``
@@ -19,6 +24,7 @@ No downloads; seeded, so every run writes the same models. OUT_DIR defaults to .
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import time
@@ -159,6 +165,106 @@ def report_forward_time(model: nn.Module, threads: int) -> None:
     print(f"image-classifier: eager forward at batch 1: median {ms:.1f} ms with {threads} threads")
 
 
+DIGIT_SCALE = 4  # examples are 32x32: each of the 8x8 cells a 4x4 block
+DIGIT_EXAMPLES = 100
+
+
+class DigitsCnn(nn.Module):
+    """Two 3x3 convolutions and a small classifier head: 8x8 grayscale in [0, 1] -> 10 logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(32 * 4 * 4, 64),
+            nn.ReLU(),
+            nn.Linear(64, 10),
+        )
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.net(image)
+
+
+def build_digits(out: Path) -> None:
+    # Imported here: the other demo models need neither (and scikit-learn takes a second).
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()  # 1,797 8x8 scans, values 0 (paper) to 16 (ink), in the package
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(digits.target)
+    gen = torch.Generator().manual_seed(SEED)
+    perm = torch.randperm(len(y), generator=gen)
+    split = int(len(y) * 0.8)
+    train, held_out = perm[:split], perm[split:]
+    torch.manual_seed(SEED)
+    model = DigitsCnn()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        order = train[torch.randperm(len(train), generator=gen)]
+        for i in range(0, len(order), 64):
+            batch = order[i : i + 64]
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        accuracy = (model(x[held_out]).argmax(-1) == y[held_out]).float().mean().item()
+    print(f"digits: held-out accuracy {accuracy:.3f} on {len(held_out)} scans")
+
+    root = out / "digits"
+    image = spec("image", "float32", [-1, 1, 8, 8])
+    save_export(model, root / "1" / "model.pt2", [image])
+    write_config(
+        root,
+        {
+            "name": "digits",
+            "description": "Reads a handwritten digit (0-9) from an image file: a small CNN "
+            "trained on scikit-learn's 8x8 digit scans. Takes a PNG, JPEG, WebP, GIF or BMP "
+            "of one digit, dark on a light background, roughly square and filling the image.",
+            "engine": "torch",
+            "default_version": "1",
+            "inputs": [image],
+            "outputs": [spec("logits", "float32", [-1, 10], labels=[str(d) for d in range(10)])],
+            "parameters": {"precision": ["fp32"]},
+            "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
+            "batching": {"max_batch_size": 32, "max_queue_delay_us": 1000},
+            "versions": {"1": {"format": "export", "file": "model.pt2"}},
+            "processing": {
+                "inputs": {
+                    "image": {
+                        "type": "image",
+                        "description": "the image of one digit",
+                        "mode": "L",
+                        "invert": True,
+                        "resize": {"size": [8, 8], "interpolation": "box"},
+                    }
+                },
+                "output": {"type": "classification", "top_k": 3},
+            },
+        },
+    )
+    # Held-out scans as image files, the way an agent would hold them: dark ink on white.
+    examples = root / "examples"
+    examples.mkdir(parents=True, exist_ok=True)
+    labels = {}
+    for n, index in enumerate(held_out[:DIGIT_EXAMPLES].tolist()):
+        ink = torch.tensor(digits.images[index]) * (255.0 / 16.0)
+        paper = (255.0 - ink).round().to(torch.uint8).numpy()
+        picture = Image.fromarray(paper, mode="L").resize(
+            (8 * DIGIT_SCALE, 8 * DIGIT_SCALE), Image.Resampling.NEAREST
+        )
+        name = f"digit-{n:03d}.png"
+        picture.save(examples / name)
+        labels[name] = int(digits.target[index])
+    (examples / "labels.json").write_text(json.dumps(labels, indent=1) + "\n")
+
+
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 GRID = 7  # detector cells per side: 224 / 7 = 32 pixels each
@@ -257,7 +363,12 @@ def build_pipeline(out: Path) -> None:
     print("vision-pipeline: workflow over image-preprocess, object-detector, detection-fusion")
 
 
-PARTS = {"tabular": build_tabular, "image": build_image, "pipeline": build_pipeline}
+PARTS = {
+    "tabular": build_tabular,
+    "image": build_image,
+    "digits": build_digits,
+    "pipeline": build_pipeline,
+}
 
 
 def main() -> None:

@@ -17,6 +17,18 @@ export const ERROR_CODES = {
   DTYPE_MISMATCH: { status: 400, summary: "An input's dtype differs from the model's declared dtype." },
   SHAPE_MISMATCH: { status: 400, summary: "An input's rank or dimensions differ from the model's declared shape." },
   BYTE_LENGTH_MISMATCH: { status: 400, summary: 'Inline binary data does not hold numel x itemsize bytes.' },
+  BAD_IMAGE: {
+    status: 400,
+    summary: 'An image input is empty, corrupt, truncated, not an image, or not in a form an image input takes.',
+  },
+  IMAGE_FORMAT_NOT_SUPPORTED: {
+    status: 415,
+    summary: "An image input is in a format (TIFF, HEIC, …) the model's processing does not take.",
+  },
+  IMAGE_TOO_LARGE: {
+    status: 413,
+    summary: "An image has more pixels than its input's max_pixels (a decompression bomb guard).",
+  },
   INPUT_TOO_LARGE: { status: 413, summary: 'An input exceeds the configured size limit for its form.' },
   PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
   FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },

@@ -20,6 +20,8 @@ import type { Adapter, RequestObserver } from './observability/request-observer.
 import { defaultVersion, type ModelConfig } from './registry/model-config.js';
 import { type ModelRecord, Registry, type RegistryChange } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
+import { classify, type Prediction } from './requests/classify.js';
+import { decodeProcessedInputs } from './requests/decode-images.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
@@ -44,9 +46,13 @@ export type { Logger, OutputResult };
 
 export interface StageTimings {
   decode_ms: number;
+  /** Models with processing: decoding and transforming images into tensors, in the worker. */
+  preprocess_ms?: number;
   queue_ms: number;
   transfer_ms: number;
   compute_ms: number;
+  /** Models with processing: turning outputs into the answer (activation, top-k labels). */
+  postprocess_ms?: number;
   encode_ms: number;
   total_ms: number;
 }
@@ -60,6 +66,8 @@ export interface InferenceResult {
   /** Rows in the forward pass that served this request (more than its own when batched). */
   batch_size: number;
   outputs: OutputResult[];
+  /** Models with a classification output: per item (image), its top labels. */
+  predictions?: Prediction[][];
   timings: StageTimings;
   notes: string[];
 }
@@ -448,8 +456,12 @@ export class Gateway {
 
   async infer(request: InferenceRequest, options: InferOptions = {}): Promise<InferenceResult> {
     const run = await this.execute(request, options, (config) =>
-      decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store }),
+      config.processing
+        ? decodeProcessedInputs(config, request.inputs, { config: this.config, store: this.store })
+        : decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store }),
     );
+    const postprocessStart = performance.now();
+    const predictions = this.predictions(run);
     const encodeStart = performance.now();
     const outputs = run.outputs.map(({ name, tensor }) =>
       presentOutput(this.store, name, tensor, `${run.config.name}@${run.version}:${name}`, {
@@ -464,9 +476,21 @@ export class Gateway {
       variant: run.variant,
       batch_size: run.batch_size,
       outputs,
-      timings: run.finish(encodeStart),
+      ...(predictions ? { predictions } : {}),
+      timings: run.finish(encodeStart, predictions ? encodeStart - postprocessStart : undefined),
       notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),
     };
+  }
+
+  /** A classification output's answer per item, when the model's processing declares one. */
+  private predictions(run: { config: ModelConfig; outputs: NamedTensor[]; topK: number; threshold?: number }) {
+    const output = run.config.processing?.output;
+    if (!output) return undefined;
+    const name = output.tensor ?? run.config.outputs[0]?.name;
+    const scores = run.outputs.find((o) => o.name === name)?.tensor;
+    if (!scores) return undefined;
+    const labels = run.config.outputs.find((o) => o.name === name)?.labels;
+    return classify(scores, labels, output, { topK: run.topK, threshold: run.threshold });
   }
 
   /**
@@ -554,27 +578,31 @@ export class Gateway {
       config,
       inputs,
       topK: parameters.top_k,
+      threshold: parameters.threshold,
       variant: route.variant,
       batch_size: response.batchSize,
       outputs: response.outputs,
       /** The stage timings, with encoding counted from `encodeStart` to now. */
-      finish: (encodeStart: number): StageTimings => {
+      finish: (encodeStart: number, postprocessMs?: number): StageTimings => {
         const end = performance.now();
         const t = response.timings;
         this.stats.success(model, modelVersion, {
           totalMs: end - start,
           queueMs: response.queueMs,
-          inputMs: decodeMs + t.fillMs + t.transferMs / 2,
+          inputMs: decodeMs + t.fillMs + (t.preprocessMs ?? 0) + t.transferMs / 2,
           computeMs: t.computeMs,
           outputMs: t.transferMs / 2 + (end - encodeStart),
           rows,
         });
+        const preprocessMs = response.timings.preprocessMs;
         const timings: StageTimings = {
           // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
           decode_ms: round(decodeMs + response.timings.fillMs),
+          ...(preprocessMs !== undefined ? { preprocess_ms: round(preprocessMs) } : {}),
           queue_ms: round(response.queueMs),
           transfer_ms: round(response.timings.transferMs),
           compute_ms: round(response.timings.computeMs),
+          ...(postprocessMs !== undefined ? { postprocess_ms: round(postprocessMs) } : {}),
           encode_ms: round(end - encodeStart),
           total_ms: round(end - start),
         };

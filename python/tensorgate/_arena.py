@@ -175,14 +175,29 @@ class InArena:
     ) -> torch.Tensor:
         """A zero-copy tensor over ``[offset, offset + nbytes)``; BAD_TENSOR if that is invalid."""
         numel = numel_of(shape)
-        if not _is_int(offset) or offset < 0 or offset % ALIGN:
-            raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a multiple of {ALIGN}")
         if not _is_int(nbytes) or nbytes != numel * ITEMSIZE[dtype]:
             raise WorkerError(
                 BAD_TENSOR,
                 f"nbytes {nbytes!r} is not {numel} elements x {ITEMSIZE[dtype]} bytes "
                 f"for shape {shape}",
             )
+        self._check_range(offset, nbytes)
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)  # frombuffer refuses a count of 0
+        return torch.frombuffer(self._map, dtype=dtype, count=numel, offset=offset).view(shape)
+
+    def view(self, offset: object, nbytes: object) -> memoryview:
+        """A zero-copy view of ``[offset, offset + nbytes)`` (a BYTES tensor's serialised items)."""
+        if not _is_int(nbytes) or nbytes < 0:
+            raise WorkerError(BAD_TENSOR, f"nbytes {nbytes!r} is not a byte count")
+        self._check_range(offset, nbytes)
+        if self._map is None:
+            return memoryview(b"")
+        return memoryview(self._map)[offset : offset + nbytes]  # type: ignore[operator]
+
+    def _check_range(self, offset: object, nbytes: int) -> None:
+        if not _is_int(offset) or offset < 0 or offset % ALIGN:
+            raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a multiple of {ALIGN}")
         if offset + nbytes > self.mapped_bytes:
             self._remap()  # the gateway grew the file since we last looked
             if offset + nbytes > self.mapped_bytes:
@@ -191,9 +206,6 @@ class InArena:
                     f"bytes [{offset}, {offset + nbytes}) lie outside the input arena "
                     f"({self.mapped_bytes} bytes)",
                 )
-        if numel == 0:
-            return torch.empty(shape, dtype=dtype)  # frombuffer refuses a count of 0
-        return torch.frombuffer(self._map, dtype=dtype, count=numel, offset=offset).view(shape)
 
     def close(self) -> None:
         """Closes the file; the mappings go when the last tensor viewing them does."""

@@ -61,6 +61,8 @@ class ModelSpec:
     max_batch_size: int = 1
     #: Batch sizes worth warming up compiled variants for (batching.preferred_batch_sizes).
     preferred_batch_sizes: list[int] = field(default_factory=list)
+    #: The config's ``processing`` (src/registry/processing.ts), when inputs are processed here.
+    processing: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, raw: object) -> ModelSpec:
@@ -81,6 +83,7 @@ class ModelSpec:
                 warmup_runs=int(raw.get("warmup_runs", 0)),
                 max_batch_size=max(1, int(raw.get("max_batch_size", 1))),
                 preferred_batch_sizes=[int(n) for n in raw.get("preferred_batch_sizes") or []],
+                processing=raw.get("processing"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WorkerError(BAD_PARAMETER, f"malformed load request: {exc!r}") from exc

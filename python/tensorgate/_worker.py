@@ -29,6 +29,7 @@ from ._errors import (
     WorkerError,
 )
 from ._loader import ModelSpec, load_model, supported_formats
+from ._processing import Processing, split_items
 from ._runner import Runner
 from ._variants import VariantOptions
 
@@ -66,6 +67,7 @@ class Worker:
         self.arena_in = arena_in
         self.arena_out = arena_out
         self.runner: Runner | None = None
+        self.processing: Processing | None = None
         self.running = True
         self._handlers: dict[str, Callable[[Message], Message]] = {
             "load": self._load,
@@ -151,6 +153,9 @@ class Worker:
                 "one worker loads one model",
             )
         torch.set_num_threads(max(1, spec.threads))
+        if spec.processing is not None:
+            dtypes = {s.name: NAMES[s.dtype] for s in spec.inputs}
+            self.processing = Processing(spec.processing, dtypes)
         start = time.perf_counter()
         model = load_model(spec)
         loaded = time.perf_counter()
@@ -206,12 +211,9 @@ class Worker:
         variant = runner.variants.get(parameters.get("precision") or "fp32")  # type: ignore[union-attr]
 
         t0 = time.perf_counter()
-        inputs = [
-            self.arena_in.tensor(
-                to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes")
-            )
-            for h in headers
-        ]
+        inputs = self._inputs(headers, runner)
+        preprocess_ms = _ms(t0, time.perf_counter())
+        t0 = time.perf_counter()
         inputs = runner.to_device(inputs)
         t1 = time.perf_counter()
         outputs = runner.run(variant, inputs)
@@ -237,8 +239,46 @@ class Worker:
         t3 = time.perf_counter()
         return {
             "outputs": written,
-            "timings": {"h2d_ms": _ms(t0, t1), "compute_ms": _ms(t1, t2), "d2h_ms": _ms(t2, t3)},
+            "timings": {
+                "h2d_ms": _ms(t0, t1),
+                "compute_ms": _ms(t1, t2),
+                "d2h_ms": _ms(t2, t3),
+                **({"preprocess_ms": preprocess_ms} if self.processing is not None else {}),
+            },
         }
+
+    def _inputs(self, headers: list[Message], runner: Runner) -> list[torch.Tensor]:
+        """The model's inputs in its declared order: tensors viewed in the arena as they are,
+        BYTES inputs (encoded images) decoded by the model's processing."""
+        by_name: dict[str, torch.Tensor] = {}
+        for h in headers:
+            if not h.get("bytes"):
+                by_name[str(h.get("name"))] = self.arena_in.tensor(
+                    to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes")
+                )
+                continue
+            if self.processing is None:
+                raise WorkerError(
+                    BAD_TENSOR, f"input {h.get('name')!r} is BYTES but this model has no processing"
+                )
+            shape = h.get("shape")
+            if not isinstance(shape, list) or len(shape) != 1 or not isinstance(shape[0], int):
+                raise WorkerError(BAD_TENSOR, f"a BYTES input has shape [items], not {shape!r}")
+            view = self.arena_in.view(h.get("offset"), h.get("nbytes"))
+            items = split_items(view, shape[0], str(h.get("name")))
+            try:
+                tensor_name, tensor = self.processing.tensor(str(h.get("name")), items)
+            finally:
+                # The decoded pixels are copies: the arena views go now, so a remap can retire
+                # the old mapping.
+                for item in items:
+                    item.release()
+                view.release()
+            by_name[tensor_name] = tensor
+        missing = [s.name for s in runner.spec.inputs if s.name not in by_name]
+        if missing:
+            raise WorkerError(BAD_TENSOR, f"infer is missing model inputs {missing}")
+        return [by_name[s.name] for s in runner.spec.inputs]
 
     def _release(self, offsets: object) -> None:
         for offset in offsets if isinstance(offsets, list) else []:

@@ -31,6 +31,8 @@ export interface EngineTimings {
   fillMs: number;
   transferMs: number;
   computeMs: number;
+  /** Decoding and transforming processed inputs (images) into the model's tensors, in the worker. */
+  preprocessMs?: number;
 }
 
 export interface EngineResponse {

@@ -1,6 +1,7 @@
 import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway, InferenceResult, ModelSummaryInfo } from '../gateway.js';
+import { describePredictions, type Prediction } from '../requests/classify.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
@@ -78,14 +79,20 @@ const ModelOut = z.object({
   versions: z.array(VersionOut),
 });
 
-const TimingsOut = z.object({
+export const TimingsOut = z.object({
   decode_ms: z.number(),
+  preprocess_ms: z.number().optional().describe('models with processing: decoding and transforming the images'),
   queue_ms: z.number(),
   transfer_ms: z.number(),
   compute_ms: z.number(),
+  postprocess_ms: z.number().optional().describe('models with processing: turning outputs into labels'),
   encode_ms: z.number(),
   total_ms: z.number(),
 });
+
+export const PredictionsOut = z
+  .array(z.array(z.object({ label: z.string(), score: z.number(), index: z.number().int() })))
+  .describe('per image, its top labels, best first, with their probability');
 
 const InferOut = z.object({
   request_id: z.string(),
@@ -102,6 +109,7 @@ const InferOut = z.object({
       summary: TensorSummarySchema,
     }),
   ),
+  predictions: PredictionsOut.optional(),
   timings: TimingsOut,
   notes: z.array(z.string()),
 });
@@ -262,11 +270,30 @@ async function stateResult(model: string, change: () => Promise<ModelSummaryInfo
   }
 }
 
+/** "total 3.1 = decode 0.1 + preprocess 1.2 + ...": every stage the request went through. */
+export function timingsLine(t: InferenceResult['timings']): string {
+  const stages = [
+    `decode ${t.decode_ms}`,
+    ...(t.preprocess_ms !== undefined ? [`preprocess ${t.preprocess_ms}`] : []),
+    `queue ${t.queue_ms}`,
+    `transfer ${t.transfer_ms}`,
+    `compute ${t.compute_ms}`,
+    ...(t.postprocess_ms !== undefined ? [`postprocess ${t.postprocess_ms}`] : []),
+    `encode ${t.encode_ms}`,
+  ];
+  return `timings ms: total ${t.total_ms} = ${stages.join(' + ')}`;
+}
+
+/** One line per image: "image 0: 7 (0.98), 1 (0.01)" (no index for a single image). */
+export function predictionLines(predictions: Prediction[][]): string[] {
+  return predictions.map((p, i) => `${predictions.length > 1 ? `image ${i}: ` : ''}${describePredictions(p)}`);
+}
+
 function inferResult(result: InferenceResult): CallToolResult {
-  const t = result.timings;
   const lines = [
+    ...(result.predictions ? predictionLines(result.predictions) : []),
     `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,
-    `timings ms: total ${t.total_ms} = decode ${t.decode_ms} + queue ${t.queue_ms} + transfer ${t.transfer_ms} + compute ${t.compute_ms} + encode ${t.encode_ms}`,
+    timingsLine(result.timings),
     ...result.notes,
   ];
   return {
@@ -287,6 +314,7 @@ function inferResult(result: InferenceResult): CallToolResult {
       variant: result.variant,
       batch_size: result.batch_size,
       outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
+      ...(result.predictions ? { predictions: result.predictions } : {}),
       timings: result.timings,
       notes: result.notes,
     },

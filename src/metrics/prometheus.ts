@@ -20,7 +20,7 @@ export interface PoolView {
   readonly registry: { readonly reachable: boolean };
 }
 
-const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode', 'total'] as const;
+const STAGES = ['decode', 'preprocess', 'queue', 'transfer', 'compute', 'postprocess', 'encode', 'total'] as const;
 /** 25 µs to about 100 s, ~1.6x apart: enough resolution for percentiles at every scale served. */
 const SECONDS_BUCKETS = Array.from({ length: 33 }, (_, i) => Number((25e-6 * 1.6 ** i).toPrecision(3)));
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
@@ -42,6 +42,10 @@ interface Bound {
   encode: HistogramSeries;
   total: HistogramSeries;
   batch: HistogramSeries;
+  /** Bound on first use: only models with processing have these stages. */
+  preprocess?: HistogramSeries;
+  postprocess?: HistogramSeries;
+  stage: (name: (typeof STAGES)[number]) => HistogramSeries;
 }
 
 export class PrometheusMetrics {
@@ -89,7 +93,7 @@ export class PrometheusMetrics {
     };
     this.stages = new FastHistogram(
       'tensorgate_request_stage_seconds',
-      'Time of each stage of each request: decode, queue, transfer, compute, encode, total',
+      'Time of each stage of each request: decode, preprocess, queue, transfer, compute, postprocess, encode, total',
       SECONDS_BUCKETS,
       registry,
     );
@@ -132,6 +136,14 @@ export class PrometheusMetrics {
     stages.observe(c.compute, t.compute_ms / 1000);
     stages.observe(c.encode, t.encode_ms / 1000);
     stages.observe(c.total, t.total_ms / 1000);
+    if (t.preprocess_ms !== undefined) {
+      c.preprocess ??= c.stage('preprocess');
+      stages.observe(c.preprocess, t.preprocess_ms / 1000);
+    }
+    if (t.postprocess_ms !== undefined) {
+      c.postprocess ??= c.stage('postprocess');
+      stages.observe(c.postprocess, t.postprocess_ms / 1000);
+    }
     this.batchRows.observe(c.batch, batchSize);
   }
 
@@ -161,6 +173,7 @@ export class PrometheusMetrics {
         encode: stage('encode'),
         total: stage('total'),
         batch: this.batchRows.bind({ model, version, variant }),
+        stage,
       };
       this.bound.set(key, c);
     }

@@ -2,6 +2,7 @@ import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { tgError } from '../errors.js';
 import { DTYPES } from '../tensor/dtype.js';
+import { ProcessingSchema, processingIssues } from './processing.js';
 
 /** The model repository's config.json (docs/model-repository.md is the prose form of this schema). */
 
@@ -188,6 +189,8 @@ export const ModelConfigSchema = z
     timeout_ms: z.number().int().min(1).optional(),
     /** Safe to run twice: a request whose worker crashed is retried once on a fresh worker. */
     idempotent: z.boolean().default(false),
+    /** What agents pass instead of tensors (image files) and the answer made of the outputs. */
+    processing: ProcessingSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
     const versions = Object.keys(cfg.versions);
@@ -276,6 +279,9 @@ export const ModelConfigSchema = z
         });
       }
     }
+    if (cfg.processing)
+      for (const issue of processingIssues(cfg.processing, cfg.inputs, cfg.outputs, cfg.engine))
+        ctx.addIssue({ code: 'custom', ...issue });
     for (const [kind, specs] of [
       ['input', cfg.inputs],
       ['output', cfg.outputs],

@@ -6,6 +6,8 @@ import { type ModelConfig, PRECISIONS, type Precision } from '../registry/model-
 export interface InferenceParameters {
   precision: Precision;
   top_k: number;
+  /** Classification answers leave out labels scoring under this; undefined: the config's. */
+  threshold: number | undefined;
   /** Undefined: the model's or the server's default. */
   timeout_ms: number | undefined;
   /** Undefined: the variant the model's engine choice picks (describe_model says which). */
@@ -16,7 +18,7 @@ export interface InferenceParameters {
 export const REQUEST_ENGINES = ['torch', 'onnx', 'remote'] as const;
 type Engine = (typeof REQUEST_ENGINES)[number];
 
-const KNOWN = ['precision', 'engine', 'top_k', 'timeout_ms'] as const;
+const KNOWN = ['precision', 'engine', 'top_k', 'threshold', 'timeout_ms'] as const;
 const MAX_TIMEOUT_MS = 3_600_000;
 
 export function parseParameters(raw: Record<string, unknown> | undefined, config: ModelConfig): InferenceParameters {
@@ -45,7 +47,9 @@ export function parseParameters(raw: Record<string, unknown> | undefined, config
     throw tgError('BAD_PARAMETER', `engine must be one of ${REQUEST_ENGINES.join(', ')}`, { parameter: 'engine' });
   return {
     precision: precision as Precision,
-    top_k: topK(params.top_k),
+    // A classification answer lists as many labels as its config says, unless the call says.
+    top_k: topK(params.top_k ?? config.processing?.output?.top_k),
+    threshold: threshold(params.threshold),
     timeout_ms: timeoutMs(params.timeout_ms),
     engine: engine as Engine | undefined,
   };
@@ -58,6 +62,12 @@ export function topK(raw: unknown): number {
     throw tgError('BAD_PARAMETER', 'top_k must be an integer from 1 to 100', { parameter: 'top_k' });
   }
   return k;
+}
+
+function threshold(raw: unknown): number | undefined {
+  if (raw !== undefined && (typeof raw !== 'number' || !(raw >= 0 && raw <= 1)))
+    throw tgError('BAD_PARAMETER', 'threshold must be a number from 0 to 1', { parameter: 'threshold' });
+  return raw;
 }
 
 /** `timeout_ms`: undefined when absent (the model's, workflow's or server's default applies). */

@@ -19,7 +19,9 @@ export function batchRows(request: EngineRequest): number | undefined {
 
 /** Requests with equal keys can share a forward pass: same precision, dtypes and non-batch dims. */
 export function batchKey(request: EngineRequest): string {
-  const parts = request.inputs.map((i) => `${i.tensor.dtype}[${i.tensor.shape.slice(1).join(',')}]`);
+  const parts = request.inputs.map((i) =>
+    i.tensor.bytes ? 'bytes' : `${i.tensor.dtype}[${i.tensor.shape.slice(1).join(',')}]`,
+  );
   return `${request.precision}|${parts.join('|')}`;
 }
 
@@ -42,6 +44,8 @@ function stack(parts: TensorSource[]): TensorSource {
     dtype: first.dtype,
     shape: [rows, ...first.shape.slice(1)],
     byteLength: parts.reduce((sum, p) => sum + p.byteLength, 0),
+    // Length-prefixed items concatenate into the items of both: BYTES join like any tensor.
+    ...(first.bytes ? { bytes: true as const } : {}),
     fill(target) {
       let offset = 0;
       for (const part of parts) {

@@ -54,7 +54,16 @@ interface Slot {
 
 /** Errors caused by one request's data: a batch that fails with one is retried request by request. */
 // REMOTE_ERROR: a remote endpoint that refuses a batched call may be refusing one request's data.
-const PER_REQUEST_ERRORS = new Set(['INFERENCE_FAILED', 'BAD_TENSOR', 'FILE_NOT_FOUND', 'REMOTE_ERROR']);
+const PER_REQUEST_ERRORS = new Set([
+  'INFERENCE_FAILED',
+  'BAD_TENSOR',
+  'FILE_NOT_FOUND',
+  'REMOTE_ERROR',
+  // An image the worker could not decode: the rest of its batch is served without it.
+  'BAD_IMAGE',
+  'IMAGE_TOO_LARGE',
+  'IMAGE_FORMAT_NOT_SUPPORTED',
+]);
 /** Failed restarts after a crash before the pool fails, when no other instance serves. */
 const MAX_RESTART_FAILURES = 3;
 /** The wait before each restart attempt; the last one repeats. */

@@ -99,6 +99,21 @@ export function fromBase64(dtype: DType, shape: number[], b64: string, opts: Fro
   return makeTensor(dtype, shape, data);
 }
 
+/** Bytes of any kind (an encoded file) from base64, checked as tensor data is: length, padding, alphabet, limit. */
+export function fromBase64Bytes(b64: string, opts: FromBase64Options = {}): Buffer {
+  const got = decodedBase64Length(b64);
+  if (got < 0) throw alphabetError(b64) ?? badPadding();
+  const max = opts.maxBytes ?? Number.POSITIVE_INFINITY;
+  if (got > max)
+    throw tgError('INPUT_TOO_LARGE', `base64 decodes to ${got} bytes, over the ${max}-byte limit for inline data`, {
+      bytes: got,
+      maxBytes: max,
+    });
+  const data = Buffer.from(b64, 'base64');
+  if (data.byteLength !== got) throw alphabetError(b64) ?? badPadding();
+  return data;
+}
+
 /**
  * Checks `b64` now and decodes it later, straight into the destination (an arena slot), with no
  * intermediate buffer. A character outside the alphabet is reported when it is decoded.

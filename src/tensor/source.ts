@@ -11,6 +11,12 @@ export interface TensorSource {
   readonly dtype: DType;
   readonly shape: number[];
   readonly byteLength: number;
+  /**
+   * A BYTES tensor (OIP v2's name): shape [items], dtype uint8, and the bytes are the items, each
+   * a 4-byte little-endian length and then that many bytes. Processed inputs (image files) travel
+   * so to the worker that decodes them; batches join them by concatenation like any tensor.
+   */
+  readonly bytes?: true;
   /** The bytes, when they are already in memory (arrays, handles, in-memory files). */
   readonly data?: Uint8Array;
   /** Writes exactly `byteLength` bytes into `target`; may throw a TensorgateError (bad data, file gone). */
@@ -34,6 +40,7 @@ export function reshapeSource(source: TensorSource, shape: number[]): TensorSour
     dtype: source.dtype,
     shape,
     byteLength: source.byteLength,
+    ...(source.bytes ? { bytes: true as const } : {}),
     ...(source.data ? { data: source.data } : {}),
     fill: (target) => source.fill(target),
   };

@@ -20,9 +20,13 @@ export function ensureTestModels(): string {
     !existsSync(join(TEST_MODELS, 'mlp_variants'))
   ) {
     mkdirSync(TEST_MODELS, { recursive: true });
-    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS, '--skip', 'pipeline'], {
-      stdio: 'inherit',
-    });
+    execFileSync(
+      PYTHON,
+      [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS, '--skip', 'pipeline', '--skip', 'digits'],
+      {
+        stdio: 'inherit',
+      },
+    );
     execFileSync(PYTHON, [join(ROOT, 'scripts/make_test_models.py'), TEST_MODELS], { stdio: 'inherit' });
   }
   return TEST_MODELS;
@@ -35,6 +39,19 @@ export function referenceForward(model: string, version: string, inputs: string[
     [join(ROOT, 'test/fixtures/reference_forward.py'), join(TEST_MODELS, model), version, outPrefix, ...inputs],
     { stdio: ['ignore', 'inherit', 'inherit'] },
   );
+}
+
+/**
+ * The demo digits model (an image-file classifier with processing) in a repository of its own,
+ * built once: kept apart from the test models so that other tests' servers do not start it.
+ */
+export function ensureDigitsModels(): string {
+  const dir = `${TEST_MODELS}-digits`;
+  if (!existsSync(join(dir, 'digits', 'examples', 'labels.json'))) {
+    mkdirSync(dir, { recursive: true });
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), dir, '--only', 'digits'], { stdio: 'inherit' });
+  }
+  return dir;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { tgError } from '../../errors.js';
 import { type ModelConfig, PRECISIONS } from '../../registry/model-config.js';
+import type { ProcessingConfig } from '../../registry/processing.js';
 import { versionDir, versionFile } from '../../registry/repository.js';
 import { DTYPES } from '../../tensor/dtype.js';
 
@@ -15,6 +16,8 @@ export const TensorHeaderSchema = z.object({
   shape: z.array(z.number().int().nonnegative()),
   offset: z.number().int().nonnegative(),
   nbytes: z.number().int().nonnegative(),
+  /** A BYTES input (shape [items]): length-prefixed items for the model's processing to decode. */
+  bytes: z.literal(true).optional(),
 });
 export type TensorHeader = z.infer<typeof TensorHeaderSchema>;
 
@@ -81,7 +84,13 @@ export type LoadResult = z.infer<typeof LoadResultSchema>;
 
 export const InferResultSchema = z.object({
   outputs: z.array(TensorHeaderSchema),
-  timings: z.object({ h2d_ms: z.number(), compute_ms: z.number(), d2h_ms: z.number() }),
+  timings: z.object({
+    h2d_ms: z.number(),
+    compute_ms: z.number(),
+    d2h_ms: z.number(),
+    /** Decoding and transforming BYTES inputs (images) into the model's tensors. */
+    preprocess_ms: z.number().optional(),
+  }),
 });
 export type InferResult = z.infer<typeof InferResultSchema>;
 
@@ -101,6 +110,8 @@ export interface LoadRequestModel {
   max_batch_size: number;
   /** Batch sizes a compiled variant is warmed up for, besides 1, 2 and the maximum. */
   preferred_batch_sizes: number[];
+  /** How BYTES inputs become the model's tensors (the config's processing.inputs). */
+  processing?: { inputs: ProcessingConfig['inputs'] };
 }
 
 /** The `model` object of a `load` request for one version of a model folder (also what the exporters take). */
@@ -131,5 +142,6 @@ export function loadRequestModel(config: ModelConfig, version: string, dir: stri
     max_batch_size: config.batching?.max_batch_size ?? 1,
     preferred_batch_sizes: config.batching?.preferred_batch_sizes ?? [],
     ...(v.entry ? { entry: v.entry } : {}),
+    ...(config.processing ? { processing: { inputs: config.processing.inputs } } : {}),
   };
 }

@@ -104,6 +104,7 @@ export class TorchInstance implements EngineInstance {
           shape: tensor.shape,
           offset,
           nbytes: tensor.byteLength,
+          ...(tensor.bytes ? { bytes: true as const } : {}),
         });
         if (tensor.data) {
           headers.push(header(arenaIn.write(tensor.data)));
@@ -134,10 +135,18 @@ export class TorchInstance implements EngineInstance {
       for (const h of result.outputs) this.readOutputs.push(h.offset);
       const t3 = performance.now();
       const computeMs = result.timings.compute_ms;
-      // Everything that is not the forward pass is the cost of moving data and headers across.
+      const preprocessMs = result.timings.preprocess_ms;
+      // Everything that is not the forward pass (or preprocessing) is the cost of moving data and
+      // headers across.
+      const inWorker = computeMs + (preprocessMs ?? 0);
       return {
         outputs,
-        timings: { fillMs, computeMs, transferMs: t1 - t0 - fillMs + (t2 - t1 - computeMs) + (t3 - t2) },
+        timings: {
+          fillMs,
+          computeMs,
+          transferMs: t1 - t0 - fillMs + (t2 - t1 - inWorker) + (t3 - t2),
+          ...(preprocessMs !== undefined ? { preprocessMs } : {}),
+        },
       };
     } finally {
       for (const h of headers) arenaIn.release(h.offset);

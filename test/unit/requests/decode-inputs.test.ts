@@ -69,12 +69,14 @@ test('parameters are checked against what the model offers', () => {
   assert.deepEqual(parseParameters(undefined, cfg), {
     precision: 'fp32',
     top_k: 5,
+    threshold: undefined,
     timeout_ms: undefined,
     engine: undefined,
   });
   assert.deepEqual(parseParameters({ precision: 'bf16', top_k: 2, timeout_ms: 50, engine: 'onnx' }, cfg), {
     precision: 'bf16',
     top_k: 2,
+    threshold: undefined,
     timeout_ms: 50,
     engine: 'onnx',
   });
@@ -83,4 +85,6 @@ test('parameters are checked against what the model offers', () => {
   assert.throws(() => parseParameters({ precision: 'fp16' }, cfg), /offers fp32, bf16/);
   assert.throws(() => parseParameters({ top_k: 0 }, cfg), { code: 'BAD_PARAMETER' });
   assert.throws(() => parseParameters({ batch: 4 }, cfg), /unknown parameter "batch"/);
+  assert.equal(parseParameters({ threshold: 0.25 }, cfg).threshold, 0.25);
+  assert.throws(() => parseParameters({ threshold: 2 }, cfg), /threshold must be a number from 0 to 1/);
 });

@@ -1,0 +1,61 @@
+import { tgError } from '../errors.js';
+import type { TensorSource } from './source.js';
+
+/**
+ * BYTES tensors, OIP v2's variable-length elements (encoded images, strings): shape [items], each
+ * item a 4-byte little-endian length followed by that many bytes. That is the binary tensor
+ * extension's serialisation, and also how processed inputs travel to the torch worker, which
+ * splits them again (python/tensorgate/_processing.py) without copying.
+ */
+
+/** A BYTES tensor source over items already in memory; each is copied once, into the arena slot. */
+export function bytesSource(items: Uint8Array[]): TensorSource {
+  const byteLength = items.reduce((sum, item) => sum + 4 + item.byteLength, 0);
+  return {
+    dtype: 'uint8',
+    shape: [items.length],
+    byteLength,
+    bytes: true,
+    fill(target) {
+      const view = new DataView(target.buffer, target.byteOffset, target.byteLength);
+      let at = 0;
+      for (const item of items) {
+        view.setUint32(at, item.byteLength, true);
+        target.set(item, at + 4);
+        at += 4 + item.byteLength;
+      }
+    },
+  };
+}
+
+/** The items of serialised BYTES data; `count` when the shape says how many there must be. */
+export function splitBytes(data: Uint8Array, count?: number): Uint8Array[] {
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  const items: Uint8Array[] = [];
+  let at = 0;
+  while (at < data.byteLength && (count === undefined || items.length < count)) {
+    if (at + 4 > data.byteLength)
+      throw tgError('BAD_TENSOR', `BYTES item ${items.length}: the data ends inside its 4-byte length`, {
+        item: items.length,
+      });
+    const length = view.getUint32(at, true);
+    if (at + 4 + length > data.byteLength)
+      throw tgError(
+        'BAD_TENSOR',
+        `BYTES item ${items.length}: its length prefix says ${length} bytes but ${data.byteLength - at - 4} are left`,
+        { item: items.length, length },
+      );
+    items.push(data.subarray(at + 4, at + 4 + length));
+    at += 4 + length;
+  }
+  if (count !== undefined && items.length !== count)
+    throw tgError('BAD_TENSOR', `BYTES data holds ${items.length} items where the shape says ${count}`, {
+      items: items.length,
+      expected: count,
+    });
+  if (at !== data.byteLength)
+    throw tgError('BAD_TENSOR', `BYTES data has ${data.byteLength - at} bytes after its last item`, {
+      trailing: data.byteLength - at,
+    });
+  return items;
+}

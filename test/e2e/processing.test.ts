@@ -1,0 +1,234 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { pathToFileURL } from 'node:url';
+import type { Client } from '@modelcontextprotocol/client';
+import { type Connected, connect } from '../helpers/mcp.js';
+import { ensureDigitsModels, PYTHON } from '../helpers/models.js';
+
+/**
+ * A model with processing, end to end: the real CLI over stdio, the official MCP client, a real
+ * torch worker decoding real image files with Pillow. The digits demo model must read held-out
+ * scans saved as image files; bad files must get their codes while the server serves on.
+ */
+
+interface ToolResult {
+  isError?: boolean;
+  content: { type: string; text?: string }[];
+  structuredContent?: Record<string, unknown>;
+}
+
+interface Prediction {
+  label: string;
+  score: number;
+  index: number;
+}
+
+interface Answer {
+  predictions: Prediction[][];
+  batch_size: number;
+  timings: Record<string, number>;
+}
+
+const models = ensureDigitsModels();
+const examples = join(models, 'digits', 'examples');
+const labels = JSON.parse(readFileSync(join(examples, 'labels.json'), 'utf8')) as Record<string, number>;
+const names = Object.keys(labels);
+
+async function call(client: Client, image: unknown, parameters?: Record<string, unknown>): Promise<ToolResult> {
+  return (await client.callTool({
+    name: 'infer',
+    arguments: { model: 'digits', inputs: { image }, ...(parameters ? { parameters } : {}) },
+  })) as ToolResult;
+}
+
+async function answer(client: Client, image: unknown, parameters?: Record<string, unknown>): Promise<Answer> {
+  const result = await call(client, image, parameters);
+  assert.notEqual(result.isError, true, `infer failed: ${result.content[0]?.text}`);
+  return result.structuredContent as unknown as Answer;
+}
+
+async function refused(client: Client, image: unknown, code: string, hint?: RegExp): Promise<string> {
+  const result = await call(client, image);
+  const text = result.content[0]?.text ?? '';
+  assert.equal(result.isError, true, `expected ${code}, got: ${text}`);
+  assert.match(text, new RegExp(`^${code}: `), text);
+  if (hint) assert.match(text, hint);
+  return text;
+}
+
+/** Converts an image file with Pillow (as the agent's tools might have saved it). */
+function convert(from: string, to: string, format: string, extra = ''): void {
+  execFileSync(PYTHON, [
+    '-c',
+    `from PIL import Image\nimage = Image.open(${JSON.stringify(from)})\n${extra}\nimage.save(${JSON.stringify(to)}, ${JSON.stringify(format)})`,
+  ]);
+}
+
+describe('image inputs through MCP (digits demo model)', () => {
+  let server: Connected;
+  let dir: string;
+  before(async () => {
+    server = await connect('stdio', undefined, [], models);
+    dir = join(server.workDir, 'images');
+    mkdirSync(dir);
+    for (const name of names) copyFileSync(join(examples, name), join(dir, name));
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('reads held-out digits from PNG files, called concurrently (batched)', async () => {
+    const answers = await Promise.all(names.map((name) => answer(server.client, join(dir, name))));
+    const right = answers.filter((a, i) => a.predictions[0]?.[0]?.label === String(labels[names[i] as string]));
+    assert.ok(right.length >= 0.97 * names.length, `${right.length} of ${names.length} digits read right`);
+    const first = answers[0] as Answer;
+    assert.equal(first.predictions.length, 1);
+    assert.equal(first.predictions[0]?.length, 3, 'the config asks for the top 3');
+    const scores = first.predictions[0]?.map((p) => p.score) ?? [];
+    assert.deepEqual(
+      scores,
+      [...scores].sort((a, b) => b - a),
+    );
+    assert.ok(scores.every((s) => s >= 0 && s <= 1));
+    assert.ok(first.timings.preprocess_ms !== undefined && first.timings.preprocess_ms >= 0);
+    assert.ok(first.timings.postprocess_ms !== undefined);
+    assert.ok(
+      answers.some((a) => a.batch_size > 1),
+      'concurrent calls share forward passes',
+    );
+  });
+
+  it('takes the same image as a data: URI, bare base64, {b64}, {path} and a file:// URL', async () => {
+    const name = names[3] as string;
+    const path = join(dir, name);
+    const b64 = readFileSync(path).toString('base64');
+    const expected = (await answer(server.client, path)).predictions;
+    for (const form of [`data:image/png;base64,${b64}`, b64, { b64 }, { path }, pathToFileURL(path).href]) {
+      assert.deepEqual((await answer(server.client, form)).predictions, expected, JSON.stringify(form).slice(0, 40));
+    }
+  });
+
+  it('answers a list of images in one call, one answer per image, in order', async () => {
+    const some = names.slice(0, 5);
+    const result = await answer(
+      server.client,
+      some.map((n) => join(dir, n)),
+      { top_k: 1 },
+    );
+    assert.equal(result.predictions.length, 5);
+    for (const [i, name] of some.entries()) {
+      const single = await answer(server.client, join(dir, name), { top_k: 1 });
+      assert.deepEqual(result.predictions[i], single.predictions[0]);
+    }
+  });
+
+  it('reads JPEG, WebP, GIF and BMP files, and trusts the bytes over the extension', async () => {
+    const name = names[7] as string;
+    const digit = String(labels[name]);
+    const png = join(dir, name);
+    for (const [ext, format] of [
+      ['jpg', 'JPEG'],
+      ['webp', 'WEBP'],
+      ['gif', 'GIF'],
+      ['bmp', 'BMP'],
+    ] as const) {
+      const file = join(dir, `converted.${ext}`);
+      convert(png, file, format, format === 'JPEG' ? 'image = image.convert("RGB")' : '');
+      assert.equal((await answer(server.client, file)).predictions[0]?.[0]?.label, digit, format);
+    }
+    const misnamed = join(dir, 'actually-a-png.jpg');
+    copyFileSync(png, misnamed);
+    assert.equal((await answer(server.client, misnamed)).predictions[0]?.[0]?.label, digit);
+  });
+
+  it('refuses bad image files with their codes and keeps serving', async () => {
+    const png = readFileSync(join(dir, names[0] as string));
+    const truncated = join(dir, 'truncated.png');
+    writeFileSync(truncated, png.subarray(0, Math.floor(png.byteLength / 2)));
+    await refused(server.client, truncated, 'BAD_IMAGE', /truncated\.png|corrupt or truncated/);
+
+    const corrupt = Buffer.from(png);
+    corrupt.fill(0x5a, 40, corrupt.byteLength - 20); // header intact, pixel data garbage
+    const corruptPath = join(dir, 'corrupt.png');
+    writeFileSync(corruptPath, corrupt);
+    await refused(server.client, corruptPath, 'BAD_IMAGE', /corrupt/);
+
+    const empty = join(dir, 'empty.png');
+    writeFileSync(empty, '');
+    await refused(server.client, empty, 'BAD_IMAGE', /empty \(0 bytes\)/);
+
+    const text = join(dir, 'notes.png');
+    writeFileSync(text, 'these are my notes, not a picture');
+    await refused(server.client, text, 'BAD_IMAGE', /begins with text/);
+
+    const tiff = join(dir, 'scan.tiff');
+    convert(join(dir, names[0] as string), tiff, 'TIFF');
+    await refused(server.client, tiff, 'IMAGE_FORMAT_NOT_SUPPORTED', /TIFF image; this model takes PNG/);
+
+    // 12,000 x 12,000 of one colour compresses to a few hundred KB but would decode to 144 Mpx.
+    const bomb = join(dir, 'bomb.png');
+    execFileSync(PYTHON, [
+      '-c',
+      `from PIL import Image\nImage.new("L", (12000, 12000), 255).save(${JSON.stringify(bomb)}, optimize=True)`,
+    ]);
+    await refused(server.client, bomb, 'IMAGE_TOO_LARGE', /144000000 pixels, over this input's limit of 50000000/);
+
+    const outside = join(tmpdir(), `tensorgate-outside-${process.pid}.png`);
+    copyFileSync(join(dir, names[0] as string), outside);
+    await refused(server.client, outside, 'PATH_NOT_ALLOWED', /outside the allowed roots/);
+    const link = join(dir, 'link-out.png');
+    symlinkSync(outside, link);
+    await refused(server.client, link, 'PATH_NOT_ALLOWED', /outside the allowed roots/);
+    await refused(server.client, join(dir, 'missing.png'), 'FILE_NOT_FOUND');
+    await refused(server.client, 'images/relative.png', 'PATH_NOT_ALLOWED', /not absolute/);
+    await refused(server.client, 'data:image/png,notbase64', 'BAD_IMAGE', /must be base64/);
+    await refused(server.client, { handle: 'tensor://x' }, 'BAD_IMAGE', /tensor handle holds a tensor/);
+    await refused(server.client, [], 'BAD_IMAGE', /empty list/);
+
+    const listed = await refused(server.client, [join(dir, names[1] as string), empty], 'BAD_IMAGE');
+    assert.match(listed, /item 1/, 'a list names the item that failed');
+
+    // Still serving, and right.
+    const name = names[2] as string;
+    assert.equal((await answer(server.client, join(dir, name))).predictions[0]?.[0]?.label, String(labels[name]));
+  });
+
+  it('answers the good calls of a batch that holds a corrupt image', async () => {
+    const png = readFileSync(join(dir, names[0] as string));
+    const broken = join(dir, 'broken.png');
+    writeFileSync(broken, Buffer.concat([png.subarray(0, 60), Buffer.alloc(40, 1)]));
+    const calls = names.slice(10, 30).map((n) => join(dir, n));
+    calls.splice(7, 0, broken);
+    const results = await Promise.all(calls.map((path) => call(server.client, path)));
+    results.forEach((result, i) => {
+      const text = result.content[0]?.text ?? '';
+      if (i === 7) assert.match(text, /^BAD_IMAGE: /);
+      else {
+        assert.notEqual(result.isError, true, text);
+        const name = (calls[i] as string).split('/').at(-1) as string;
+        const got = (result.structuredContent as unknown as Answer).predictions[0]?.[0]?.label;
+        assert.ok(got !== undefined && /^\d$/.test(got), `${name}: ${got}`);
+      }
+    });
+  });
+
+  it('takes top_k and threshold, and refuses tensors and unknown inputs', async () => {
+    const path = join(dir, names[0] as string);
+    const all = await answer(server.client, path, { top_k: 10 });
+    assert.equal(all.predictions[0]?.length, 10);
+    const total = all.predictions[0]?.reduce((sum, p) => sum + p.score, 0) ?? 0;
+    assert.ok(Math.abs(total - 1) < 0.01, `softmax scores sum to ${total}`);
+    const sure = await answer(server.client, path, { top_k: 10, threshold: 0.5 });
+    assert.ok((sure.predictions[0]?.length ?? 0) <= 1);
+    const wrong = (await server.client.callTool({
+      name: 'infer',
+      arguments: { model: 'digits', inputs: { pixels: path } },
+    })) as ToolResult;
+    assert.equal(wrong.isError, true);
+    assert.match(wrong.content[0]?.text ?? '', /^UNKNOWN_INPUT: input "pixels".*takes "image"/);
+  });
+});

@@ -1,0 +1,108 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseModelConfig } from '../../../src/registry/model-config.js';
+
+/** The processing section is checked against the rest of the config, with errors naming the field. */
+
+const base = {
+  name: 'classifier',
+  inputs: [{ name: 'pixels', dtype: 'float32', shape: [-1, 3, 224, 224] }],
+  outputs: [{ name: 'logits', dtype: 'float32', shape: [-1, 10] }],
+  versions: { '1': { format: 'export', file: 'model.pt2' } },
+};
+const imagenet = {
+  type: 'image',
+  tensor: 'pixels',
+  resize: { shorter: 256 },
+  center_crop: [224, 224],
+  mean: [0.485, 0.456, 0.406],
+  std: [0.229, 0.224, 0.225],
+};
+
+function issues(processing: unknown, overrides: Record<string, unknown> = {}): string {
+  try {
+    parseModelConfig({ ...base, ...overrides, processing }, 'config.json');
+  } catch (err) {
+    assert.equal((err as { code?: string }).code, 'INVALID_CONFIG');
+    return (err as Error).message;
+  }
+  assert.fail('the config was accepted');
+}
+
+test('a torchvision-style image pipeline is accepted, with its defaults filled in', () => {
+  const cfg = parseModelConfig(
+    { ...base, processing: { inputs: { image: imagenet }, output: { type: 'classification' } } },
+    'c',
+  );
+  const image = cfg.processing?.inputs.image;
+  assert.equal(image?.mode, 'RGB');
+  assert.equal(image?.layout, 'CHW');
+  assert.equal(image?.max_pixels, 50_000_000);
+  assert.deepEqual(image?.formats, ['png', 'jpeg', 'webp', 'gif', 'bmp']);
+  assert.equal(image?.resize?.interpolation, 'bilinear');
+  assert.equal(cfg.processing?.output?.activation, 'softmax');
+  assert.equal(cfg.processing?.output?.top_k, 5);
+});
+
+test('processed images must become the model input they name, at its size and channels', () => {
+  assert.match(
+    issues({ inputs: { image: { ...imagenet, tensor: 'image' } } }),
+    /processing\.inputs\.image\.tensor: no model input "image"; the model takes "pixels"/,
+  );
+  assert.match(
+    issues({ inputs: { image: { ...imagenet, center_crop: [200, 200] } } }),
+    /processing\.inputs\.image: the images become \[batch, 3, 200, 200\] \(CHW, RGB\) but model input "pixels" is \[-1, 3, 224, 224\]/,
+  );
+  assert.match(
+    issues({ inputs: { image: { ...imagenet, mode: 'L', mean: undefined, std: undefined } } }),
+    /\[batch, 1, 224, 224\] \(CHW, L\)/,
+  );
+  assert.match(
+    issues({ inputs: { image: { ...imagenet, mean: [0.5, 0.5] } } }),
+    /processing\.inputs\.image\.mean: mean has 2 values for 3 channel/,
+  );
+  assert.match(
+    issues({ inputs: { image: { type: 'image', tensor: 'pixels' } } }),
+    /model input "pixels" has a fixed size: set resize\.size or center_crop/,
+  );
+  assert.match(
+    issues({ inputs: { image: { ...imagenet, resize: { shorter: 256, size: [224, 224] } } } }),
+    /resize takes one of "shorter".*or "size"/,
+  );
+  assert.match(
+    issues({ inputs: { image: { ...imagenet, formats: ['tiff'] } } }),
+    /processing\.inputs\.image\.formats\.0/,
+  );
+  assert.match(issues({ inputs: { image: { ...imagenet, sharpen: true } } }), /sharpen/);
+});
+
+test('every model input is made by processing, on the torch engine', () => {
+  const two = {
+    inputs: [...base.inputs, { name: 'mask', dtype: 'float32', shape: [-1, 1, 224, 224] }],
+  };
+  assert.match(issues({ inputs: { image: imagenet } }, two), /model input "mask" is made by no processed input/);
+  assert.match(
+    issues({ inputs: { a: imagenet, b: imagenet } }),
+    /processing\.inputs\.b\.tensor: model input "pixels" is already made by "a"/,
+  );
+  assert.match(
+    issues({ inputs: { image: imagenet } }, { engine: 'onnx', versions: { '1': { format: 'onnx', file: 'm.onnx' } } }),
+    /processing: processing runs in the torch worker; engine "onnx" has none/,
+  );
+});
+
+test('a classification output names a [batch, classes] output', () => {
+  const outputs = [...base.outputs, { name: 'features', dtype: 'float32', shape: [-1, 4, 4] }];
+  assert.match(
+    issues({ inputs: { image: imagenet }, output: { type: 'classification' } }, { outputs }),
+    /processing\.output\.tensor: the model has several outputs: name the one holding the class scores/,
+  );
+  assert.match(
+    issues({ inputs: { image: imagenet }, output: { type: 'classification', tensor: 'features' } }, { outputs }),
+    /reads \[batch, classes\] scores; "features" has shape \[-1, 4, 4\]/,
+  );
+  assert.match(
+    issues({ inputs: { image: imagenet }, output: { type: 'classification', top_k: 0 } }),
+    /processing\.output\.top_k/,
+  );
+});

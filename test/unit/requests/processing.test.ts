@@ -1,0 +1,144 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { parseModelConfig } from '../../../src/registry/model-config.js';
+import { classify } from '../../../src/requests/classify.js';
+import { decodeProcessedInputs, sniffImage } from '../../../src/requests/decode-images.js';
+import { joinRequests } from '../../../src/scheduler/batch.js';
+import { bytesSource, splitBytes } from '../../../src/tensor/bytes-tensor.js';
+import type { TensorSource } from '../../../src/tensor/source.js';
+import { TensorStore } from '../../../src/tensor/store.js';
+import { makeTensor } from '../../../src/tensor/tensor.js';
+
+// A PNG's signature and the start of its header chunk, padded to a size real files exceed.
+const PNG_HEAD = Buffer.concat([
+  Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]),
+  Buffer.alloc(52),
+]);
+const item = (text: string) => new Uint8Array(Buffer.from(text));
+/** The bytes a source writes into its arena slot. */
+function filled(source: TensorSource): Buffer {
+  const out = Buffer.alloc(source.byteLength);
+  source.fill(out);
+  return out;
+}
+
+test('BYTES tensors serialise items with 4-byte little-endian lengths and split back', () => {
+  const items = [item('first'), item(''), item('third item')];
+  const source = bytesSource(items);
+  assert.equal(source.bytes, true);
+  assert.deepEqual(source.shape, [3]);
+  assert.equal(source.byteLength, 3 * 4 + 5 + 0 + 10);
+  const data = filled(source);
+  assert.equal(Buffer.from(data).readUInt32LE(0), 5);
+  assert.deepEqual(
+    splitBytes(data, 3).map((b) => Buffer.from(b).toString()),
+    ['first', '', 'third item'],
+  );
+  assert.throws(() => splitBytes(data, 2), /2 bytes? after its last item|holds 2 items|after its last item/);
+  assert.throws(() => splitBytes(data.subarray(0, 7)), {
+    code: 'BAD_TENSOR',
+    message: /length prefix says 5 bytes but 3 are left/,
+  });
+  assert.throws(() => splitBytes(data.subarray(0, 2)), /ends inside its 4-byte length/);
+});
+
+test('batched requests join BYTES inputs into one BYTES tensor of all their items, in order', () => {
+  const request = (texts: string[]) => ({
+    inputs: [{ name: 'image', tensor: bytesSource(texts.map(item)) }],
+    precision: 'fp32' as const,
+  });
+  const joined = joinRequests([request(['a', 'bb']), request(['ccc'])]).inputs[0]?.tensor;
+  assert.ok(joined);
+  assert.equal(joined.bytes, true);
+  assert.deepEqual(joined.shape, [3]);
+  assert.deepEqual(
+    splitBytes(filled(joined), 3).map((b) => Buffer.from(b).toString()),
+    ['a', 'bb', 'ccc'],
+  );
+});
+
+test('image formats are told by their bytes, not their names', () => {
+  assert.equal(sniffImage(PNG_HEAD), 'png');
+  assert.equal(sniffImage(Buffer.from([0xff, 0xd8, 0xff, 0xe0])), 'jpeg');
+  assert.equal(sniffImage(Buffer.from('GIF89a')), 'gif');
+  assert.equal(sniffImage(Buffer.from('RIFF\0\0\0\0WEBPVP8 ')), 'webp');
+  assert.equal(sniffImage(Buffer.from('BM\0\0')), 'bmp');
+  assert.equal(sniffImage(Buffer.from('II*\0')), 'tiff');
+  assert.equal(sniffImage(Buffer.from('\0\0\0\x18ftypheic')), 'heic');
+  assert.equal(sniffImage(Buffer.from('hello')), undefined);
+});
+
+test('processed inputs are read from files, data: URIs and base64, and refused with codes', () => {
+  const root = mkdtempSync(join(tmpdir(), 'tg-img-'));
+  const png = join(root, 'a.png');
+  writeFileSync(png, PNG_HEAD);
+  const config = parseModelConfig(
+    {
+      name: 'digits',
+      inputs: [{ name: 'image', dtype: 'float32', shape: [-1, 1, 8, 8] }],
+      outputs: [{ name: 'logits', dtype: 'float32', shape: [-1, 10] }],
+      versions: { '1': { format: 'export', file: 'm.pt2' } },
+      processing: { inputs: { image: { type: 'image', mode: 'L', resize: { size: [8, 8] }, formats: ['png'] } } },
+    },
+    'test',
+  );
+  const ctx = {
+    config: { allowedRoots: [root], maxArrayElements: 10, maxInputBytes: 100 },
+    store: new TensorStore(1024, 1000),
+  };
+  const b64 = PNG_HEAD.toString('base64');
+  for (const value of [png, { path: png }, `data:image/png;base64,${b64}`, b64, { b64 }, [png, b64]]) {
+    const [decoded] = decodeProcessedInputs(config, { image: value }, ctx);
+    assert.ok(decoded?.tensor.bytes);
+    const items = splitBytes(filled(decoded.tensor));
+    assert.equal(items.length, Array.isArray(value) ? 2 : 1);
+    for (const i of items) assert.deepEqual(Buffer.from(i), PNG_HEAD);
+  }
+  const code = (value: unknown, expected: string, message?: RegExp) =>
+    assert.throws(() => decodeProcessedInputs(config, { image: value }, ctx), {
+      code: expected,
+      ...(message ? { message } : {}),
+    });
+  const jpeg = join(root, 'b.jpg');
+  writeFileSync(jpeg, Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 0]));
+  code(jpeg, 'IMAGE_FORMAT_NOT_SUPPORTED', /is a JPEG image; this model takes PNG/);
+  const big = join(root, 'big.png');
+  writeFileSync(big, Buffer.concat([PNG_HEAD, Buffer.alloc(100)]));
+  code(big, 'INPUT_TOO_LARGE', /over the 100-byte limit/);
+  code(Buffer.alloc(120).toString('base64'), 'INPUT_TOO_LARGE');
+  code('%%%not base64 and not a path%%%', 'PATH_NOT_ALLOWED', /not absolute/);
+  code({ b64: 'a$b=' }, 'BAD_IMAGE', /not valid base64/);
+  code(42, 'BAD_IMAGE', /expected an image/);
+  assert.throws(() => decodeProcessedInputs(config, {}, ctx), { code: 'MISSING_INPUT' });
+  assert.throws(() => decodeProcessedInputs(config, { image: png, extra: 1 }, ctx), { code: 'UNKNOWN_INPUT' });
+});
+
+test('classification answers: softmax top-k with labels, sigmoid for independent labels, thresholds', () => {
+  const scores = makeTensor('float32', [2, 3], new Uint8Array(new Float32Array([0, 2, 1, 5, 0, 0]).buffer));
+  const labels = ['cat', 'dog', 'fox'];
+  const config = { type: 'classification' as const, activation: 'softmax' as const, top_k: 2 };
+  const [first, second] = classify(scores, labels, config);
+  assert.deepEqual(
+    first?.map((p) => p.label),
+    ['dog', 'fox'],
+  );
+  const e = [1, Math.exp(2), Math.exp(1)];
+  const sum = e.reduce((a, b) => a + b);
+  assert.ok(Math.abs((first?.[0]?.score ?? 0) - (e[1] as number) / sum) < 1e-3);
+  assert.equal(second?.[0]?.label, 'cat');
+  assert.equal(classify(scores, labels, config, { topK: 3 })[0]?.length, 3);
+  const sigmoid = classify(scores, labels, { ...config, activation: 'sigmoid', threshold: 0.6 }, { topK: 3 });
+  assert.deepEqual(
+    sigmoid[0]?.map((p) => p.label),
+    ['dog', 'fox'],
+    'sigmoid(2)=0.88 and sigmoid(1)=0.73 pass 0.6; sigmoid(0)=0.5 does not',
+  );
+  assert.deepEqual(classify(scores, undefined, { ...config, activation: 'none' })[1]?.[0], {
+    label: '0',
+    score: 5,
+    index: 0,
+  });
+});
