@@ -153,6 +153,7 @@ export class Gateway {
   private readonly models: ModelManager;
   /** Registrations running now, by model name: a second one of the same name is refused. */
   private readonly registering = new Map<string, string>();
+  private readonly modelListeners = new Set<() => void>();
   /** The request log and the tracer, when attached; with none, requests pay nothing for them. */
   private observers: RequestObserver[] = [];
   private closed = false;
@@ -215,7 +216,21 @@ export class Gateway {
           void this.registry.setVersionStatus(name, version, 'ready', { loadMs: info.loadMs, warmupMs: info.warmupMs });
         else void this.registry.setVersionStatus(name, version, 'failed', { error: error?.message ?? 'unknown' });
       },
+      onChange: () => this.modelsChanged(),
     });
+  }
+
+  /**
+   * Calls `listener` whenever what is served may have changed: a model registered, a version
+   * ready, failed or unloading (the MCP server's per-model tools follow it). Returns the detach.
+   */
+  onModelsChanged(listener: () => void): () => void {
+    this.modelListeners.add(listener);
+    return () => this.modelListeners.delete(listener);
+  }
+
+  private modelsChanged(): void {
+    for (const listener of this.modelListeners) listener();
   }
 
   /** Starts GPU sampling; GPU metrics appear in /metrics once a GPU is found, never otherwise. */
@@ -256,6 +271,7 @@ export class Gateway {
       this.registering.set(name, source.dir);
       try {
         await this.registry.upsert(name, source.dir, source.config);
+        this.modelsChanged();
         // Workflows calling this model are checked again against its new specs.
         this.workflows.refresh();
         await this.models.unload(name);
@@ -322,6 +338,7 @@ export class Gateway {
     if (change.workflows.length > 0 || change.models.length > 0 || change.removed.length > 0)
       this.workflows.followRegistry();
     this.log('the registry changed elsewhere', { level: 'info', ...change });
+    this.modelsChanged();
     await Promise.all([
       ...change.removed.map((name) => this.models.unload(name, undefined, this.config.shutdownGraceMs)),
       ...change.models.map(async (name) => {
@@ -443,6 +460,11 @@ export class Gateway {
         };
       }),
     };
+  }
+
+  /** Where one version of a model is in its lifecycle (unloaded, loading, ready, unloading, failed). */
+  versionState(name: string, version: string): VersionState {
+    return this.models.state(name, version);
   }
 
   /** Queue, instance and batch-size figures of one loaded model version. */

@@ -164,6 +164,8 @@ class Worker:
             warmup_ms = runner.warmup(spec.warmup_runs)
         except WorkerError as exc:
             raise WorkerError(LOAD_FAILED, f"warm-up failed: {exc.message}") from exc.__cause__
+        if self.processing is not None:
+            self.processing.warm()
         checked = time.perf_counter()
         variants = runner.build_variants(VariantOptions.from_json(message.get("variants")))
         variants_ms = _ms(checked, time.perf_counter())

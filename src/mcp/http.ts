@@ -71,7 +71,7 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
     transport.onclose = () => {
       if (transport.sessionId) sessions.delete(transport.sessionId);
     };
-    await createMcpServer(gateway).connect(transport);
+    await createMcpServer(gateway, { live: true }).connect(transport);
     await transport.handleRequest(req, res, body);
   }
 

@@ -8,7 +8,7 @@ import { createMcpServer } from './server.js';
  * serveStdio negotiates the era). Everything else the process prints must go to stderr.
  */
 export function serveStdio(gateway: Gateway): { close: () => Promise<void> } {
-  return serveBothEras(() => createMcpServer(gateway), {
+  return serveBothEras(() => createMcpServer(gateway, { live: true }), {
     transport: new LineTransport(process.stdin, process.stdout),
     onerror: (err) => process.stderr.write(`mcp stdio: ${err.message}\n`),
   });

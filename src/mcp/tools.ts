@@ -94,7 +94,7 @@ export const PredictionsOut = z
   .array(z.array(z.object({ label: z.string(), score: z.number(), index: z.number().int() })))
   .describe('per image, its top labels, best first, with their probability');
 
-const InferOut = z.object({
+export const InferOut = z.object({
   request_id: z.string(),
   model: z.string(),
   version: z.string(),
@@ -161,6 +161,10 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
             'torch: PyTorch in worker processes here; onnx: ONNX Runtime inside the server process, no IPC; remote: another OIP v2 endpoint',
           ),
         remote: z.object({ url: z.string(), model: z.string() }).optional().describe('where a remote model runs'),
+        processing: z
+          .record(z.string(), z.unknown())
+          .optional()
+          .describe('what the model takes instead of tensors (image files) and how they become its inputs'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
     }),
@@ -177,6 +181,7 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
           resources: config.resources,
           engine: config.engine,
           ...(config.remote ? { remote: { url: config.remote.url, model: config.remote.model ?? config.name } } : {}),
+          ...(config.processing ? { processing: config.processing } : {}),
         };
         const io = (specs: typeof config.inputs) =>
           specs.map((s) => `${s.name} ${s.dtype}[${s.shape.join(', ')}]`).join(', ');
@@ -189,7 +194,14 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
           .find((v) => v.version === info.default_version)
           ?.engine_choice?.map((c) => ` ${c.precision} → ${c.variant ?? 'none'} (${c.why}).`)
           .join('');
-        const text = `${model}: ${config.description} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}${choice ? ` Variants:${choice}` : ''}`;
+        const takes = config.processing
+          ? ` Takes image files (${Object.keys(config.processing.inputs)
+              .map((n) => `"${n}"`)
+              .join(
+                ', ',
+              )}: a path, data: URI or base64) through its own tool "${config.processing.tool.name ?? model}" or infer.`
+          : '';
+        const text = `${model}: ${config.description}${takes} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}${choice ? ` Variants:${choice}` : ''}`;
         return jsonResult(text, structured);
       } catch (err) {
         return errorResult(err);
@@ -289,7 +301,7 @@ export function predictionLines(predictions: Prediction[][]): string[] {
   return predictions.map((p, i) => `${predictions.length > 1 ? `image ${i}: ` : ''}${describePredictions(p)}`);
 }
 
-function inferResult(result: InferenceResult): CallToolResult {
+export function inferResult(result: InferenceResult): CallToolResult {
   const lines = [
     ...(result.predictions ? predictionLines(result.predictions) : []),
     `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,

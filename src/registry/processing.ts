@@ -71,8 +71,24 @@ export const ClassificationOutputSchema = z
   .strict();
 export type ClassificationOutputConfig = z.infer<typeof ClassificationOutputSchema>;
 
+/** The model's own MCP tool (docs/processing.md#the-models-tool). */
+export const ModelToolSchema = z
+  .object({
+    /** The tool's name; the model's name when absent (with "_model" added if a built-in tool has it). */
+    name: z
+      .string()
+      .regex(/^[A-Za-z0-9_.-]{1,64}$/, 'tool names are 1-64 letters, digits, "_", "-" or "."')
+      .optional(),
+    title: z.string().optional(),
+    /** What the agent reads to decide to call it; made from the model's description and inputs when absent. */
+    description: z.string().optional(),
+  })
+  .strict();
+export type ModelToolConfig = z.infer<typeof ModelToolSchema>;
+
 export const ProcessingSchema = z
   .object({
+    tool: ModelToolSchema.default({}),
     inputs: z.record(
       z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'processed input names are identifiers such as "image"'),
       ImageInputSchema,

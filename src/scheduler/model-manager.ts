@@ -27,6 +27,8 @@ export interface ManagerOptions {
   log: Logger;
   /** Called when a load ends, to persist the outcome. */
   onLoaded: (name: string, version: string, outcome: { info?: LoadInfo; error?: TensorgateError }) => void;
+  /** Called when a version becomes ready, fails, or starts unloading: what is served changed. */
+  onChange?: (name: string) => void;
 }
 
 export function memoryOf(config: ModelConfig): number {
@@ -120,6 +122,7 @@ export class ModelManager {
           { model: name, version, device: info.device },
         );
         this.options.onLoaded(name, version, { info });
+        this.options.onChange?.(name);
       },
       (err: unknown) => {
         const error = asTensorgateError(err);
@@ -130,6 +133,7 @@ export class ModelManager {
           code: error.code,
         });
         this.options.onLoaded(name, version, { error });
+        this.options.onChange?.(name);
         void onnx?.close();
       },
     );
@@ -178,6 +182,7 @@ export class ModelManager {
       .finally(() => this.unloading.delete(k));
     this.unloading.set(k, done);
     this.options.log(`unloading ${k}`, { model: pool.spec.config.name, version: pool.spec.version });
+    this.options.onChange?.(pool.spec.config.name);
     return done;
   }
 

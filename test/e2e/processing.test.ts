@@ -60,6 +60,14 @@ async function refused(client: Client, image: unknown, code: string, hint?: RegE
   return text;
 }
 
+async function waitFor(condition: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Converts an image file with Pillow (as the agent's tools might have saved it). */
 function convert(from: string, to: string, format: string, extra = ''): void {
   execFileSync(PYTHON, [
@@ -216,6 +224,77 @@ describe('image inputs through MCP (digits demo model)', () => {
     });
   });
 
+  it('lists the model as a tool of its own, with a schema made from its processing', async () => {
+    const { tools } = await server.client.listTools();
+    const tool = tools.find((t) => t.name === 'digits');
+    assert.ok(tool, `tools: ${tools.map((t) => t.name).join(', ')}`);
+    assert.match(tool.description ?? '', /Reads a handwritten digit.*Takes "image" \(the image of one digit\)/);
+    assert.match(tool.description ?? '', /top 3 labels/);
+    const properties = tool.inputSchema.properties as Record<string, { description?: string }>;
+    assert.deepEqual(Object.keys(properties).sort(), ['image', 'threshold', 'top_k', 'version']);
+    assert.match(
+      properties.image?.description ?? '',
+      /absolute path or file:\/\/ URL of a PNG, JPEG, WEBP, GIF, BMP file/,
+    );
+    assert.deepEqual(tool.inputSchema.required, ['image']);
+    assert.equal(tool.annotations?.readOnlyHint, true);
+    assert.ok((tool.outputSchema?.properties as Record<string, unknown>).predictions);
+    const described = (await server.client.callTool({
+      name: 'describe_model',
+      arguments: { model: 'digits' },
+    })) as ToolResult;
+    assert.match(
+      described.content[0]?.text ?? '',
+      /Takes image files \("image": a path, data: URI or base64\) through its own tool "digits"/,
+    );
+    const processing = (described.structuredContent as { processing: { inputs: { image: { mode: string } } } })
+      .processing;
+    assert.equal(processing.inputs.image.mode, 'L');
+  });
+
+  it("answers through the model's tool: labels first in the text, predictions in the structure", async () => {
+    const name = names[5] as string;
+    const result = (await server.client.callTool({
+      name: 'digits',
+      arguments: { image: join(dir, name), top_k: 2 },
+    })) as ToolResult;
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    const text = result.content[0]?.text ?? '';
+    assert.match(text, new RegExp(`^${labels[name]} \\([\\d.e-]+\\), \\d \\(`));
+    assert.match(text, /timings ms: total [\d.]+ = decode [\d.]+ \+ preprocess [\d.]+ \+ queue/);
+    const structured = result.structuredContent as unknown as Answer & { model: string };
+    assert.equal(structured.model, 'digits');
+    assert.equal(structured.predictions[0]?.length, 2);
+    assert.equal(structured.predictions[0]?.[0]?.label, String(labels[name]));
+    const bad = (await server.client.callTool({
+      name: 'digits',
+      arguments: { image: join(dir, 'nope.png') },
+    })) as ToolResult;
+    assert.equal(bad.isError, true);
+    assert.match(bad.content[0]?.text ?? '', /^FILE_NOT_FOUND: /);
+  });
+
+  it('removes the tool while the model is unloaded and lists it again once loaded, telling the client', async () => {
+    let changes = 0;
+    server.client.setNotificationHandler('notifications/tools/list_changed', () => {
+      changes += 1;
+    });
+    const listed = async () => (await server.client.listTools()).tools.some((t) => t.name === 'digits');
+    const unload = (await server.client.callTool({
+      name: 'unload_model',
+      arguments: { model: 'digits' },
+    })) as ToolResult;
+    assert.notEqual(unload.isError, true, unload.content[0]?.text);
+    await waitFor(() => changes >= 1);
+    assert.equal(await listed(), false);
+    const load = (await server.client.callTool({ name: 'load_model', arguments: { model: 'digits' } })) as ToolResult;
+    assert.notEqual(load.isError, true, load.content[0]?.text);
+    await waitFor(() => changes >= 2);
+    assert.equal(await listed(), true);
+    const name = names[9] as string;
+    assert.equal((await answer(server.client, join(dir, name))).predictions[0]?.[0]?.label, String(labels[name]));
+  });
+
   it('takes top_k and threshold, and refuses tensors and unknown inputs', async () => {
     const path = join(dir, names[0] as string);
     const all = await answer(server.client, path, { top_k: 10 });
@@ -230,5 +309,26 @@ describe('image inputs through MCP (digits demo model)', () => {
     })) as ToolResult;
     assert.equal(wrong.isError, true);
     assert.match(wrong.content[0]?.text ?? '', /^UNKNOWN_INPUT: input "pixels".*takes "image"/);
+  });
+});
+
+describe("a model's tool over Streamable HTTP, 2026-07-28 (a server per request)", () => {
+  let server: Connected;
+  before(async () => {
+    server = await connect('http-2026', undefined, [], models);
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('is listed and answers, the same as over stdio', async () => {
+    const { tools } = await server.client.listTools();
+    assert.ok(tools.some((t) => t.name === 'digits'));
+    const name = names[11] as string;
+    const image = `data:image/png;base64,${readFileSync(join(examples, name)).toString('base64')}`;
+    const result = (await server.client.callTool({ name: 'digits', arguments: { image } })) as ToolResult;
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    const structured = result.structuredContent as unknown as Answer;
+    assert.equal(structured.predictions[0]?.[0]?.label, String(labels[name]));
   });
 });

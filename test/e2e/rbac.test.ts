@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { parseApiKey } from '../../src/security/api-keys.js';
-import { ROOT } from '../helpers/models.js';
+import { ensureDigitsModels, ROOT } from '../helpers/models.js';
 import { type Served, serveOne } from '../helpers/serve.js';
 
 /**
@@ -28,6 +28,8 @@ const EXPECTED: Record<string, Record<Role, boolean>> = {
   'mcp describe_model adder': { admin: true, inference: true, monitor: true, 'adder-runner': true },
   'mcp describe_model row_sum': { admin: true, inference: true, monitor: true, 'adder-runner': false },
   'mcp infer adder': { admin: true, inference: true, monitor: false, 'adder-runner': true },
+  // A model's own tool (it has processing) is checked like infer of that model.
+  'mcp digits digits': { admin: true, inference: true, monitor: false, 'adder-runner': false },
   // A workflow's grant does not widen the caller's: every model it runs is checked too.
   'mcp run_workflow add_twice': { admin: true, inference: true, monitor: false, 'adder-runner': true },
   'mcp run_workflow add_then_sum': { admin: true, inference: true, monitor: false, 'adder-runner': false },
@@ -98,6 +100,7 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
     );
     served = await serveOne(['adder', 'row_sum'], {
       workflows: ['add_twice', 'add_then_sum'],
+      prepare: (models) => cpSync(join(ensureDigitsModels(), 'digits'), join(models, 'digits'), { recursive: true }),
       serveArgs: ['--api-keys', keysFile, '--roles', rolesFile, '--grpc', '0'],
     });
     for (const role of ROLES) {
@@ -135,6 +138,7 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
         explain_latency: { model: target },
         get_run: { run: target },
         set_hyperparameters: { run: target, values: { lr: 0.1 } },
+        digits: { image: join(ensureDigitsModels(), 'digits', 'examples', 'digit-000.png') },
       };
       const result = await clients[role].callTool({ name: tool, arguments: args[tool] as Record<string, unknown> });
       if (!result.isError) return 'allowed';
@@ -202,8 +206,8 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
       ).models
         .map((m) => m.name)
         .sort();
-    assert.deepEqual(await names('admin'), ['adder', 'row_sum']);
-    assert.deepEqual(await names('monitor'), ['adder', 'row_sum']);
+    assert.deepEqual(await names('admin'), ['adder', 'digits', 'row_sum']);
+    assert.deepEqual(await names('monitor'), ['adder', 'digits', 'row_sum']);
     assert.deepEqual(await names('adder-runner'), ['adder']);
     const workflows = async (role: Role) =>
       (

@@ -1,0 +1,167 @@
+import type { CallToolResult, McpServer, RegisteredTool } from '@modelcontextprotocol/server';
+import { z } from 'zod';
+import type { Gateway, InferenceResult } from '../gateway.js';
+import { defaultVersion, type ModelConfig } from '../registry/model-config.js';
+import { IMAGE_INPUT_FORMS } from '../requests/decode-images.js';
+import { requestSignal } from './connection-signal.js';
+import { callerOf, errorResult } from './results.js';
+import { InferOut, inferResult, PredictionsOut, predictionLines, TimingsOut, timingsLine } from './tools.js';
+
+/**
+ * One MCP tool per model with processing: "digits" taking {"image": "/photos/seven.png"} and
+ * answering labels, where `infer` needs the model's name and its inputs' forms. Its schemas are
+ * generated from the config, once per config (a server is built per HTTP request). A long-lived
+ * server (stdio, an HTTP session) follows the gateway: a model's tool is listed while its default
+ * version is loading or ready (for an on_demand model, whenever it has not failed: a call loads
+ * it), and the SDK sends `notifications/tools/list_changed` whenever that changes.
+ */
+
+interface Definition {
+  title: string;
+  description: string;
+  inputSchema: z.ZodObject;
+  outputSchema: z.ZodObject;
+  annotations: { readOnlyHint: true; idempotentHint: true; openWorldHint: false };
+}
+
+const definitions = new WeakMap<ModelConfig, Definition>();
+
+const ClassificationOut = z.object({
+  request_id: z.string(),
+  model: z.string(),
+  version: z.string(),
+  predictions: PredictionsOut,
+  batch_size: z.number().int().describe('images in the forward pass that served this call (more when batched)'),
+  timings: TimingsOut,
+});
+
+function definitionOf(config: ModelConfig): Definition {
+  let definition = definitions.get(config);
+  if (definition) return definition;
+  const processing = config.processing as NonNullable<ModelConfig['processing']>;
+  const output = processing.output;
+  const shape: Record<string, z.ZodType> = {};
+  const takes: string[] = [];
+  for (const [name, image] of Object.entries(processing.inputs)) {
+    const what = image.description ? ` (${image.description})` : '';
+    shape[name] = z
+      .union([z.string(), z.array(z.string()).min(1)])
+      .describe(
+        `${image.description ?? 'the image'}: an absolute path or file:// URL of a ${image.formats.map((f) => f.toUpperCase()).join(', ')} file, a data: URI, or base64 of the file; a list for several images`,
+      );
+    takes.push(`"${name}"${what}`);
+  }
+  if (output) {
+    shape.top_k = z
+      .number()
+      .int()
+      .min(1)
+      .max(100)
+      .optional()
+      .describe(`how many labels to answer per image (default ${output.top_k})`);
+    shape.threshold = z.number().min(0).max(1).optional().describe('leave out labels scoring under this');
+  }
+  shape.version = z.string().optional().describe('model version; the default version when omitted');
+  const answers = output
+    ? `Answers the top ${output.top_k} labels per image with their probability`
+    : 'Answers the model outputs';
+  definition = {
+    title: processing.tool.title ?? `${config.name} (model)`,
+    description:
+      processing.tool.description ??
+      `${config.description.trim()} Takes ${takes.join(', ')}: ${IMAGE_INPUT_FORMS}. ${answers}, and the time of each stage.`,
+    inputSchema: z.object(shape),
+    outputSchema: output ? ClassificationOut : InferOut,
+    annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+  };
+  definitions.set(config, definition);
+  return definition;
+}
+
+function classificationResult(result: InferenceResult): CallToolResult {
+  const predictions = result.predictions ?? [];
+  return {
+    content: [{ type: 'text', text: [...predictionLines(predictions), timingsLine(result.timings)].join('\n') }],
+    structuredContent: {
+      request_id: result.request_id,
+      model: result.model,
+      version: result.version,
+      predictions,
+      batch_size: result.batch_size,
+      timings: result.timings,
+    },
+  };
+}
+
+/** Whether a model's tool is listed now. */
+function serving(gateway: Gateway, model: string, config: ModelConfig): boolean {
+  const state = gateway.versionState(model, defaultVersion(config));
+  return state === 'ready' || state === 'loading' || (config.load === 'on_demand' && state !== 'failed');
+}
+
+export function registerModelTools(server: McpServer, gateway: Gateway, { live }: { live: boolean }): void {
+  const tools = new Map<string, { tool: RegisteredTool; config: ModelConfig }>();
+
+  const register = (model: string, config: ModelConfig): RegisteredTool => {
+    const definition = definitionOf(config);
+    const handler = async (args: Record<string, unknown>, ctx: unknown): Promise<CallToolResult> => {
+      try {
+        gateway.access.check(callerOf(ctx), 'execute', 'model', model);
+        const { version, top_k, threshold, ...inputs } = args;
+        const parameters = {
+          ...(top_k !== undefined ? { top_k } : {}),
+          ...(threshold !== undefined ? { threshold } : {}),
+        };
+        const signal = (ctx as { mcpReq?: { signal?: AbortSignal } }).mcpReq?.signal;
+        const result = await gateway.infer(
+          { model, ...(typeof version === 'string' ? { version } : {}), inputs, parameters },
+          { signal: signal ? requestSignal(signal) : undefined, adapter: 'mcp' },
+        );
+        return config.processing?.output ? classificationResult(result) : inferResult(result);
+      } catch (err) {
+        return errorResult(err);
+      }
+    };
+    const name = config.processing?.tool.name ?? model;
+    try {
+      return server.registerTool(name, definition, handler);
+    } catch {
+      // A built-in tool (or another model's) has the name.
+      return server.registerTool(`${name}_model`, definition, handler);
+    }
+  };
+
+  const sync = (): void => {
+    const wanted = new Map<string, ModelConfig>();
+    for (const name of gateway.registry.names()) {
+      const config = gateway.modelConfig(name);
+      if (config.processing) wanted.set(name, config);
+    }
+    for (const [model, entry] of tools)
+      if (wanted.get(model) !== entry.config) {
+        entry.tool.remove();
+        tools.delete(model);
+      }
+    for (const [model, config] of wanted) {
+      let entry = tools.get(model);
+      if (!entry) {
+        entry = { tool: register(model, config), config };
+        tools.set(model, entry);
+      }
+      const listed = serving(gateway, model, config);
+      if (entry.tool.enabled !== listed) {
+        if (listed) entry.tool.enable();
+        else entry.tool.disable();
+      }
+    }
+  };
+
+  sync();
+  if (!live) return;
+  const detach = gateway.onModelsChanged(sync);
+  const previous = server.server.onclose;
+  server.server.onclose = () => {
+    detach();
+    previous?.();
+  };
+}
