@@ -169,6 +169,10 @@ class ImageSteps:
                 else f"{where}: the bytes are not a PNG, JPEG, WebP, GIF or BMP image "
                 f"({len(data)} bytes starting {bytes(data[:8]).hex()})",
             ) from None
+        except Exception as exc:  # noqa: BLE001 - whatever a decoder raises on bad bytes
+            raise WorkerError(
+                BAD_IMAGE, f"{where}: the image data is corrupt or truncated: {exc}"
+            ) from None
         try:
             if image.format not in self.formats:
                 raise WorkerError(
@@ -183,16 +187,16 @@ class ImageSteps:
                     f"{where}: {width}x{height} is {width * height} pixels, over this input's "
                     f"limit of {self.max_pixels} (processing.inputs.{self.name}.max_pixels)",
                 )
-            image.load()  # the first frame of an animation; truncated data fails here
-            image = ImageOps.exif_transpose(image)
-            return self._pixels(image)
-        except WorkerError:
-            raise
-        except (OSError, ValueError, SyntaxError, struct.error) as exc:
-            # The caller's data, not a fault here: no traceback (and no exception class) to report.
-            raise WorkerError(
-                BAD_IMAGE, f"{where}: the {image.format} data is corrupt or truncated: {exc}"
-            ) from None
+            try:
+                image.load()  # the first frame of an animation; truncated data fails here
+                upright = ImageOps.exif_transpose(image)  # a malformed EXIF block fails here
+            except Exception as exc:  # noqa: BLE001 - Pillow's decoders raise many kinds
+                # The caller's data, not a fault here: no traceback (no exception class) to report.
+                raise WorkerError(
+                    BAD_IMAGE, f"{where}: the {image.format} data is corrupt or truncated: {exc}"
+                ) from None
+            # Decoded: what follows works on pixels in memory, and its errors would be ours.
+            return self._pixels(upright)
         finally:
             image.close()
 

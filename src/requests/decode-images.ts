@@ -80,6 +80,7 @@ function readImage(
   };
   const obj = value !== null && typeof value === 'object' ? (value as Record<string, unknown>) : undefined;
   const text = typeof value === 'string' ? value.trim() : typeof obj?.path === 'string' ? obj.path : undefined;
+  if (text === '') throw tgError('BAD_IMAGE', `${where}: the image is an empty string`, data);
   if (typeof obj?.b64 === 'string') {
     form = 'b64';
     source = 'the base64 data';

@@ -1,15 +1,19 @@
 import assert from 'node:assert/strict';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { ERROR_CODES } from '../../src/errors.js';
 import { seededRandom } from '../../src/tensor/seeded-random.js';
+import { ensureDigitsModels, PYTHON } from '../helpers/models.js';
 import { type Served, serveOne } from '../helpers/serve.js';
 
 /**
  * Bounded fuzzing of everything that parses a caller's tensors, on the real server: OIP v2 JSON
  * and binary bodies and shared-memory requests over real HTTP, and MCP `infer` inputs over the
- * official client. Every malformed input must get a clear client error (4xx, or an MCP error
+ * official client, and image files for a model with processing (the digits demo's own tool).
+ * Every malformed input must get a clear client error (4xx, or an MCP error
  * result with a known code that is not INTERNAL), the server must keep serving, and its memory
  * must stay bounded. Seeded: a failure names the case that caused it and repeats.
  * TENSORGATE_FUZZ_CASES sets the cases per surface (400 in CI; thousands for a long run).
@@ -148,11 +152,53 @@ function mcpCase(r: () => number, pick: Pick): Record<string, unknown> {
   };
 }
 
+/** What a model with processing may answer for a mangled image: never a crash or an inference failure. */
+const IMAGE_CODES = new Set([
+  'ok',
+  'SCHEMA',
+  'BAD_IMAGE',
+  'IMAGE_FORMAT_NOT_SUPPORTED',
+  'IMAGE_TOO_LARGE',
+  'INPUT_TOO_LARGE',
+  'PATH_NOT_ALLOWED',
+  'FILE_NOT_FOUND',
+]);
+
+/** One mangled image file: real files of each format with bytes flipped, cut or spliced. */
+function imageCase(r: () => number, pick: Pick, seeds: Buffer[]): Buffer {
+  const seed = pick(seeds);
+  const bytes = Buffer.from(seed);
+  switch (Math.floor(r() * 7)) {
+    case 0: // truncated anywhere, headers included
+      return bytes.subarray(0, Math.floor(r() * bytes.length));
+    case 1: // bytes flipped
+      for (let i = 0, n = 1 + Math.floor(r() * 16); i < n; i++)
+        bytes[Math.floor(r() * bytes.length)] = Math.floor(r() * 256);
+      return bytes;
+    case 2: // a run of garbage over the header (dimensions, chunk lengths, palette sizes)
+      for (let i = 8; i < Math.min(bytes.length, 8 + Math.floor(r() * 40)); i++) bytes[i] = Math.floor(r() * 256);
+      return bytes;
+    case 3: // one format's magic, then random bytes
+      return Buffer.concat([
+        pick([seeds[0], seeds[1], seeds[2], seeds[3], seeds[4]] as Buffer[]).subarray(0, 12),
+        Buffer.from(Array.from({ length: Math.floor(r() * 300) }, () => Math.floor(r() * 256))),
+      ]);
+    case 4: // two files glued together
+      return Buffer.concat([bytes, pick(seeds)]);
+    case 5: // nothing, or text
+      return pick([Buffer.alloc(0), Buffer.from('not an image'), Buffer.from('<svg></svg>'), Buffer.from('%PDF-1.7')]);
+    default:
+      return bytes;
+  }
+}
+
 describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
   let served: Served;
 
   before(async () => {
-    served = await serveOne('adder');
+    served = await serveOne('adder', {
+      prepare: (models) => cpSync(join(ensureDigitsModels(), 'digits'), join(models, 'digits'), { recursive: true }),
+    });
   });
 
   after(async () => {
@@ -262,5 +308,54 @@ describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
       `mcp fuzz codes: ${JSON.stringify(Object.fromEntries(codes))}; server RSS grew ${Math.round(grown / 2 ** 20)} MiB\n`,
     );
     assert.ok(grown < 256 * 2 ** 20, `server RSS grew ${grown} bytes`);
+  });
+
+  it(`answers ${CASES_PER_SURFACE / 2} mangled image files with image errors and keeps serving`, async () => {
+    const r = rng(17);
+    const pick: Pick = (xs) => xs[Math.floor(r() * xs.length)] as (typeof xs)[number];
+    const dir = join(served.work, 'fuzz-images');
+    mkdirSync(dir);
+    const png = join(dir, 'digit.png'); // under the server's allowed root
+    cpSync(join(ensureDigitsModels(), 'digits', 'examples', 'digit-000.png'), png);
+    const seeds = [readFileSync(png)];
+    for (const format of ['JPEG', 'GIF', 'WEBP', 'BMP']) {
+      const out = join(dir, `seed.${format.toLowerCase()}`);
+      execFileSync(PYTHON, [
+        '-c',
+        `from PIL import Image\nImage.open(${JSON.stringify(png)}).convert("RGB").save(${JSON.stringify(out)}, ${JSON.stringify(format)})`,
+      ]);
+      seeds.push(readFileSync(out));
+    }
+    const client = new Client({ name: 'fuzz-images', version: '0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(served.url)));
+    const codes = new Map<string, number>();
+    for (let i = 0; i < CASES_PER_SURFACE / 2; i++) {
+      const bytes = imageCase(r, pick, seeds);
+      const file = join(dir, `case-${i}.${pick(['png', 'jpg', 'gif', 'bin'])}`);
+      writeFileSync(file, bytes);
+      const form = Math.floor(r() * 3);
+      const image =
+        form === 0 ? file : form === 1 ? bytes.toString('base64') : `data:image/png;base64,${bytes.toString('base64')}`;
+      let code: string;
+      try {
+        const result = await client.callTool({
+          name: 'digits',
+          arguments: { image: r() < 0.1 ? [image, png] : image },
+        });
+        const text = (result.content as { text?: string }[])[0]?.text ?? '';
+        code = result.isError ? (/^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`) : 'ok';
+      } catch (err) {
+        code = /Input validation error|-32602|Invalid/.test(String(err))
+          ? 'SCHEMA'
+          : `threw: ${String(err).slice(0, 200)}`;
+      }
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+      assert.ok(IMAGE_CODES.has(code), `case ${i} (${bytes.length} bytes, form ${form}): ${code}`);
+    }
+    const ok = await client.callTool({ name: 'digits', arguments: { image: png } });
+    assert.equal(ok.isError, undefined, 'a good image after the fuzz is still read');
+    await client.close();
+    assert.doesNotMatch(served.stderr(), /crashed/, 'the worker never crashed');
+    process.stderr.write(`image fuzz codes: ${JSON.stringify(Object.fromEntries(codes))}\n`);
   });
 });
