@@ -22,6 +22,7 @@ import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
 import { renderOip } from './oip/render.js';
 import { renderPeers } from './peers/render.js';
+import { renderProcessing } from './processing/render.js';
 import { renderRemote } from './remote/render.js';
 import { renderShmMap } from './shm-map/render.js';
 import { renderSoak } from './soak/render.js';
@@ -57,6 +58,7 @@ const RENDERERS: Record<string, Renderer> = {
   oip: renderOip,
   'metrics-overhead': renderMetricsOverhead,
   peers: renderPeers,
+  processing: renderProcessing,
   soak: renderSoak,
   workflows: renderWorkflows,
   remote: renderRemote,
