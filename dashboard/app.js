@@ -6,9 +6,13 @@ import uPlot from '/dashboard/assets/uPlot.esm.js';
 
 const HISTORY_S = 300;
 const RETRY_MS = 3000;
-const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode'];
+const STAGES = ['decode', 'preprocess', 'queue', 'transfer', 'compute', 'postprocess', 'encode'];
+/** Only models with processing have these; others leave them out of the bar and its legend. */
+const PROCESSING_STAGES = new Set(['preprocess', 'postprocess']);
 const STAGE_COLORS = {
   decode: '#f59e0b',
+  preprocess: '#d97706',
+  postprocess: '#0ea5e9',
   queue: '#ef4444',
   transfer: '#8b5cf6',
   compute: '#10b981',
@@ -205,7 +209,9 @@ function makeCard(model, version) {
 }
 
 function renderStages(entry, w) {
-  const means = STAGES.map((s) => [s, w.stages_ms[s]?.mean ?? 0]);
+  const means = STAGES.map((s) => [s, w.stages_ms[s]?.mean ?? 0]).filter(
+    ([s, ms]) => !PROCESSING_STAGES.has(s) || ms > 0,
+  );
   const sum = means.reduce((a, [, ms]) => a + ms, 0);
   entry.stageBar.replaceChildren();
   entry.stageLegend.replaceChildren();

@@ -57,7 +57,7 @@ const RUN_STATE_SGR: Record<string, string> = {
   finished: '2',
   exited: '31',
 };
-const WORK_STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode'] as const;
+const WORK_STAGES = ['decode', 'preprocess', 'queue', 'transfer', 'compute', 'postprocess', 'encode'] as const;
 const GAP = '  ';
 const MIN_NAME = 16;
 /** Columns below this priority are left out before model names are shortened. */

@@ -226,7 +226,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
     () => ({
       title: 'Explain latency',
       description:
-        "Where the time goes, and what to change. For a model: the mean stage breakdown (decode, queue, transfer, compute, encode) of its recent requests, the dominant stage, and advice such as 'queue dominates: raise instances' or 'decode dominates: send b64 or a path instead of JSON arrays'. For a request_id (from an infer result): that request's breakdown, compared with the model's typical request.",
+        "Where the time goes, and what to change. For a model: the mean stage breakdown (decode, queue, transfer, compute, encode; preprocess and postprocess for models that take image files) of its recent requests, the dominant stage, and advice such as 'queue dominates: raise instances' or 'decode dominates: send b64 or a path instead of JSON arrays'. For a request_id (from an infer result): that request's breakdown, compared with the model's typical request.",
       inputSchema: z.object({
         model: z.string().optional().describe('model name (give this or request_id)'),
         version: z.string().optional().describe('version (default: the model default)'),
@@ -249,7 +249,11 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
               ok: z.boolean(),
               code: z.string().optional(),
               total_ms: z.number(),
-              stages_ms: z.array(z.number()).describe('decode, queue, transfer, compute, encode'),
+              stages_ms: z
+                .array(z.number())
+                .describe(
+                  'decode, preprocess, queue, transfer, compute, postprocess, encode (0 where a stage does not apply)',
+                ),
             }),
           )
           .optional()
@@ -308,7 +312,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           ok: r.ok,
           ...(r.code ? { code: r.code } : {}),
           total_ms: r.timings.total_ms,
-          stages_ms: STAGES.slice(0, 5).map((s) => r.timings[`${s}_ms`]),
+          stages_ms: STAGES.filter((s) => s !== 'total').map((s) => r.timings[`${s}_ms`]),
         }));
         return jsonResult(
           diagnosisText(`${model}@${v}, ${summary.succeeded} requests in the last ${summary.window_s} s, mean`, d),

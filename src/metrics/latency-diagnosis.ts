@@ -1,5 +1,5 @@
 import type { InputForm } from '../requests/decode-inputs.js';
-import { round, type Stage, type StageTimes, type WindowSummary } from './request-window.js';
+import { type ReportedStageTimes, round, STAGES, type Stage, type WindowSummary } from './request-window.js';
 
 /**
  * Turns stage times into an answer to "where do my milliseconds go, and what do I change?": the
@@ -40,14 +40,17 @@ export interface Diagnosis {
   findings: string[];
 }
 
-const PARTS: Exclude<Stage, 'total'>[] = ['decode', 'queue', 'transfer', 'compute', 'encode'];
+const PARTS = STAGES.filter((s): s is Exclude<Stage, 'total'> => s !== 'total');
 /** A stage above this share of the total is called dominant. */
 const DOMINANT_SHARE = 0.4;
 
 /** Shares of each stage in `t`, largest first. */
-export function breakdown(t: StageTimes): StageShare[] {
+export function breakdown(t: ReportedStageTimes): StageShare[] {
   const total = Math.max(t.total_ms, 1e-9);
-  const parts = PARTS.map((stage) => ({ stage, ms: t[`${stage}_ms`] }));
+  // The processing stages only where they happened: other models' breakdowns stay as they were.
+  const parts = PARTS.map((stage) => ({ stage, ms: t[`${stage}_ms`] ?? 0 })).filter(
+    (p) => p.ms > 0 || (p.stage !== 'preprocess' && p.stage !== 'postprocess'),
+  );
   const other = Math.max(0, t.total_ms - parts.reduce((sum, p) => sum + p.ms, 0));
   return [...parts, { stage: 'other' as const, ms: other }]
     .map(({ stage, ms }) => ({ stage, ms: round(ms), share: round(ms / total) }))
@@ -100,6 +103,10 @@ function advice(
       ].filter(Boolean);
       return `${head}: the model's forward pass on ${ctx.device} is the cost; the serving path adds little.${options.length > 0 ? ` To go faster: ${options.join(', ')}.` : ''}`;
     }
+    case 'preprocess':
+      return `${head}: decoding and resizing the images in the worker. Send images nearer the model's input size (a 4000x3000 photo decodes ~100x slower than a 400x300 one), prefer JPEG or WebP to PNG for photos, or raise resources.instances so more images are decoded at once.`;
+    case 'postprocess':
+      return `${head}: turning outputs into labels. Ask for fewer labels (top_k), or report it: it should be tiny.`;
     case 'encode':
       return `${head}: encoding large outputs. Ask only for the outputs you need, and read them by tensor:// handle (MCP) or as binary (OIP v2) instead of JSON.`;
     case 'other':
@@ -144,14 +151,7 @@ export function diagnoseWindow(summary: WindowSummary, ctx: ModelContext): Diagn
     return { dominant: 'none', breakdown: [], findings };
   }
   const s = summary.stages_ms;
-  const means = {
-    decode_ms: s.decode.mean,
-    queue_ms: s.queue.mean,
-    transfer_ms: s.transfer.mean,
-    compute_ms: s.compute.mean,
-    encode_ms: s.encode.mean,
-    total_ms: s.total.mean,
-  };
+  const means = Object.fromEntries(STAGES.map((stage) => [`${stage}_ms`, s[stage].mean])) as ReportedStageTimes;
   const shares = breakdown(means);
   const findings = [];
   const top = shares[0] as StageShare;
@@ -172,7 +172,7 @@ export function diagnoseWindow(summary: WindowSummary, ctx: ModelContext): Diagn
 
 /** Diagnoses one request, compared with the model's recent typical request when there is one. */
 export function diagnoseRequest(
-  t: StageTimes,
+  t: ReportedStageTimes,
   form: InputForm | undefined,
   batchSize: number,
   ctx: ModelContext,

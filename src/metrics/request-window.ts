@@ -8,9 +8,23 @@ import type { InputForm } from '../requests/decode-inputs.js';
  * last minutes. Recording is a handful of array stores (no allocation); summaries sort on read.
  */
 
-export const STAGES = ['decode', 'queue', 'transfer', 'compute', 'encode', 'total'] as const;
+/** In the order a request goes through them; preprocess and postprocess are 0 without processing. */
+export const STAGES = [
+  'decode',
+  'preprocess',
+  'queue',
+  'transfer',
+  'compute',
+  'postprocess',
+  'encode',
+  'total',
+] as const;
 export type Stage = (typeof STAGES)[number];
 export type StageTimes = Record<`${Stage}_ms`, number>;
+/** What a request reports: the processing stages only when its model has processing. */
+export type ReportedStageTimes = Omit<StageTimes, 'preprocess_ms' | 'postprocess_ms'> &
+  Partial<Pick<StageTimes, 'preprocess_ms' | 'postprocess_ms'>>;
+const TOTAL = STAGES.indexOf('total');
 
 const FORMS: readonly InputForm[] = ['array', 'b64', 'path', 'handle', 'binary'];
 /** Requests kept per model version: minutes of traffic at moderate rates, ~200 KB each. */
@@ -121,7 +135,7 @@ export class RequestWindow {
     model: string,
     version: string,
     requestId: string,
-    t: StageTimes,
+    t: ReportedStageTimes,
     batchSize: number,
     rows: number,
     form: InputForm | undefined,
@@ -129,13 +143,9 @@ export class RequestWindow {
     const ring = this.ring(model, version);
     const i = ring.next();
     ring.at[i] = Date.now();
-    const s = ring.stages;
-    (s[0] as Float64Array)[i] = t.decode_ms;
-    (s[1] as Float64Array)[i] = t.queue_ms;
-    (s[2] as Float64Array)[i] = t.transfer_ms;
-    (s[3] as Float64Array)[i] = t.compute_ms;
-    (s[4] as Float64Array)[i] = t.encode_ms;
-    (s[5] as Float64Array)[i] = t.total_ms;
+    STAGES.forEach((stage, s) => {
+      (ring.stages[s] as Float64Array)[i] = t[`${stage}_ms`] ?? 0;
+    });
     ring.batch[i] = batchSize;
     ring.rows[i] = rows;
     ring.ok[i] = 1;
@@ -156,7 +166,7 @@ export class RequestWindow {
     const i = ring.next();
     ring.at[i] = Date.now();
     for (const stage of ring.stages) stage[i] = 0;
-    (ring.stages[5] as Float64Array)[i] = totalMs;
+    (ring.stages[TOTAL] as Float64Array)[i] = totalMs;
     ring.batch[i] = 0;
     ring.rows[i] = 0;
     ring.ok[i] = 0;
@@ -257,14 +267,7 @@ export class RequestWindow {
       at: ring.at[i] as number,
       ok: ring.ok[i] === 1,
       ...(code !== undefined ? { code } : {}),
-      timings: {
-        decode_ms: stage(0),
-        queue_ms: stage(1),
-        transfer_ms: stage(2),
-        compute_ms: stage(3),
-        encode_ms: stage(4),
-        total_ms: stage(5),
-      },
+      timings: Object.fromEntries(STAGES.map((name, s) => [`${name}_ms`, stage(s)])) as StageTimes,
       batch_size: ring.batch[i] as number,
       rows: ring.rows[i] as number,
       ...(form ? { form } : {}),

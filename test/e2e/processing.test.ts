@@ -295,6 +295,23 @@ describe('image inputs through MCP (digits demo model)', () => {
     assert.equal((await answer(server.client, join(dir, name))).predictions[0]?.[0]?.label, String(labels[name]));
   });
 
+  it('reports preprocess and postprocess in get_metrics and explain_latency', async () => {
+    const explained = (await server.client.callTool({
+      name: 'explain_latency',
+      arguments: { model: 'digits' },
+    })) as ToolResult;
+    const breakdown = (explained.structuredContent as { breakdown: { stage: string; ms: number }[] }).breakdown;
+    const stages = breakdown.map((s) => s.stage);
+    assert.ok(stages.includes('preprocess') && stages.includes('postprocess'), stages.join(', '));
+    assert.ok((breakdown.find((s) => s.stage === 'preprocess')?.ms ?? 0) > 0);
+    const metrics = (await server.client.callTool({
+      name: 'get_metrics',
+      arguments: { model: 'digits', detail: 'full' },
+    })) as ToolResult;
+    const row = (metrics.structuredContent as { models: { stages_ms: Record<string, { p50: number }> }[] }).models[0];
+    assert.ok((row?.stages_ms.preprocess?.p50 ?? 0) > 0);
+  });
+
   it('takes top_k and threshold, and refuses tensors and unknown inputs', async () => {
     const path = join(dir, names[0] as string);
     const all = await answer(server.client, path, { top_k: 10 });

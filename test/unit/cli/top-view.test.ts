@@ -83,9 +83,11 @@ function snapshot(): ServerSnapshot {
               latency_ms: p(1.6, 2.9, 10.9, 2.1),
               stages_ms: {
                 decode: p(0.1, 0.2, 0.4, 0.12),
+                preprocess: p(0, 0, 0, 0),
                 queue: p(0.2, 0.9, 6.1, 0.5),
                 transfer: p(0.3, 0.4, 0.8, 0.31),
                 compute: p(0.8, 1.1, 3.0, 0.9),
+                postprocess: p(0, 0, 0, 0),
                 encode: p(0.1, 0.1, 0.2, 0.08),
                 total: p(1.6, 2.9, 10.9, 2.1),
               },

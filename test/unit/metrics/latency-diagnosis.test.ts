@@ -12,8 +12,24 @@ import type { InputForm } from '../../../src/requests/decode-inputs.js';
 const ctx: ModelContext = { model: 'm', device: 'cpu', instances: 1, precisions: ['fp32', 'bf16'] };
 
 function t(parts: Partial<StageTimes>): StageTimes {
-  const base = { decode_ms: 0, queue_ms: 0, transfer_ms: 0, compute_ms: 0, encode_ms: 0, ...parts };
-  const sum = base.decode_ms + base.queue_ms + base.transfer_ms + base.compute_ms + base.encode_ms;
+  const base = {
+    decode_ms: 0,
+    preprocess_ms: 0,
+    queue_ms: 0,
+    transfer_ms: 0,
+    compute_ms: 0,
+    postprocess_ms: 0,
+    encode_ms: 0,
+    ...parts,
+  };
+  const sum =
+    base.decode_ms +
+    base.preprocess_ms +
+    base.queue_ms +
+    base.transfer_ms +
+    base.compute_ms +
+    base.postprocess_ms +
+    base.encode_ms;
   return { ...base, total_ms: parts.total_ms ?? sum };
 }
 
@@ -74,6 +90,22 @@ describe('diagnoseWindow', () => {
       ctx,
     );
     assert.match(d.findings[0] as string, /tensor:\/\/ handle.*shared memory/);
+  });
+
+  it('decoding images in the worker (a model with processing): smaller images, more instances', () => {
+    const d = diagnoseWindow(
+      window(5, () => t({ decode_ms: 0.1, preprocess_ms: 30, compute_ms: 4, postprocess_ms: 0.02 }), 'path'),
+      ctx,
+    );
+    assert.equal(d.dominant, 'preprocess');
+    assert.match(
+      d.findings[0] as string,
+      /^preprocess dominates \(88% .*decoding and resizing the images.*resources\.instances/,
+    );
+    assert.deepEqual(
+      d.breakdown.slice(0, 2).map((s) => s.stage),
+      ['preprocess', 'compute'],
+    );
   });
 
   it('compute: names lower precisions the model offers and a GPU', () => {

@@ -3,7 +3,17 @@ import { describe, it } from 'node:test';
 import { percentiles, RequestWindow, type StageTimes } from '../../../src/metrics/request-window.js';
 
 function times(total: number, parts: Partial<StageTimes> = {}): StageTimes {
-  return { decode_ms: 0, queue_ms: 0, transfer_ms: 0, compute_ms: total, encode_ms: 0, total_ms: total, ...parts };
+  return {
+    decode_ms: 0,
+    preprocess_ms: 0,
+    queue_ms: 0,
+    transfer_ms: 0,
+    compute_ms: total,
+    postprocess_ms: 0,
+    encode_ms: 0,
+    total_ms: total,
+    ...parts,
+  };
 }
 
 describe('percentiles', () => {
