@@ -86,15 +86,9 @@ step "building the shared-memory mmap addon"
 npm run --silent build:native >/dev/null 2>&1 ||
   echo "mmap addon not built (needs g++, make, python3): arenas fall back to fs writes"
 
-if [[ ! -f models/image-classifier/config.json || ! -f models/image-classifier/1/model.pt2 ]]; then
-  step "building the demo models into models/"
-  "$PYTHON" scripts/make_demo_models.py models
-fi
-
-if [[ $want_test == 1 ]]; then
-  step "installing test tools"
-  # pytest, ruff and the reference safetensors, at python/requirements-test.txt's pins.
-  if ! "$PYTHON" - python/requirements-test.txt <<'PY'
+# Installs a requirements file's pins into the runtime unless they are there already.
+install_pins() {
+  if ! "$PYTHON" - "$1" <<'PY'
 import sys
 from importlib.metadata import PackageNotFoundError, version
 pins = [l.split("==") for l in open(sys.argv[1]) if "==" in l and not l.startswith("#")]
@@ -104,8 +98,26 @@ except PackageNotFoundError:
     sys.exit(1)
 PY
   then
-    "$PYTHON" -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check -r "$1"
   fi
+}
+
+step "demo model tools"
+install_pins python/requirements-demo.txt
+
+if [[ ! -f models/image-classifier/config.json || ! -f models/image-classifier/1/model.pt2 ]]; then
+  step "building the demo models into models/"
+  "$PYTHON" scripts/make_demo_models.py models
+elif [[ ! -f models/digits/examples/labels.json ]]; then
+  # A checkout set up before the digits demo existed gets it without rebuilding the rest.
+  step "building the digits demo model into models/"
+  "$PYTHON" scripts/make_demo_models.py models --only digits
+fi
+
+if [[ $want_test == 1 ]]; then
+  step "installing test tools"
+  # pytest, ruff and the reference safetensors, at python/requirements-test.txt's pins.
+  install_pins python/requirements-test.txt
   # The oldest torch tensorgate supports, for the Python tests (another 5 GB, about a minute).
   install_venv "$TG_VENV-floor" python/requirements-floor.txt
   bash scripts/install-test-tools.sh
