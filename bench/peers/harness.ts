@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { Agent } from 'node:http';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { distribution, round } from '../mcp-overhead/stats.js';
 import { type Prepared, post } from '../oip/requests.js';
 
@@ -67,6 +68,37 @@ export async function closedLoop(
     throughput: round((latencies.length / wall) * 1000, 1),
     client_cpu_percent: round(((cpu.user + cpu.system) / 1000 / wall) * 100, 1),
   };
+}
+
+/**
+ * `all`, or ids and the group `tensorgate` (raw and every tensorgate system), comma-separated:
+ * the systems a run measures, in the order `systems` lists them.
+ */
+export function selectSystems<Id extends string>(spec: string, systems: readonly Id[]): Id[] {
+  if (spec === 'all') return [...systems];
+  const ids = spec
+    .split(',')
+    .flatMap((id) =>
+      id === 'tensorgate' ? systems.filter((s) => s === 'raw' || s.startsWith('tensorgate-')) : [id as Id],
+    );
+  const unknown = ids.filter((id) => !systems.includes(id));
+  if (unknown.length) throw new Error(`unknown systems ${unknown.join(', ')}; known: ${systems.join(', ')}`);
+  return systems.filter((s) => ids.includes(s));
+}
+
+/** A tool call on an open MCP client; an error result fails the block. */
+export function toolCall(client: Client, tool: string, args: Record<string, unknown>): Call {
+  return async () => {
+    const result = await client.callTool({ name: tool, arguments: args });
+    if (result.isError) throw new Error(`${tool}: ${JSON.stringify(result.content).slice(0, 500)}`);
+  };
+}
+
+/** One MCP session per client over Streamable HTTP, as separate agents would hold. */
+export async function mcpHttpCall(url: string, tool: string, args: Record<string, unknown>): Promise<Call> {
+  const client = new Client({ name: 'bench', version: '0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  return toolCall(client, tool, args);
 }
 
 /** A POST over a keep-alive socket of its own. */

@@ -38,7 +38,7 @@ import { buildDemoModels, makeVariant } from '../batching/models.js';
 import { BaselineProcess } from '../mcp-overhead/clients.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, round } from '../mcp-overhead/stats.js';
-import { closedLoop, type Measured, stopAll } from './harness.js';
+import { closedLoop, type Measured, selectSystems, stopAll } from './harness.js';
 import { writePeersPlot } from './plot.js';
 import { type PeerBlock, type PeersResult, SYSTEMS, type SystemId } from './results.js';
 import { type Context, GROUPS, type ModelCase } from './systems.js';
@@ -72,19 +72,6 @@ function makeInput(n: number): Float32Array {
   });
 }
 
-/** `all`, or ids and the group `tensorgate` (raw and every tensorgate system), comma-separated. */
-function selectedSystems(spec: string): SystemId[] {
-  if (spec === 'all') return [...SYSTEMS];
-  const ids = spec
-    .split(',')
-    .flatMap((id) =>
-      id === 'tensorgate' ? SYSTEMS.filter((s) => s === 'raw' || s.startsWith('tensorgate-')) : [id as SystemId],
-    );
-  const unknown = ids.filter((id) => !SYSTEMS.includes(id));
-  if (unknown.length) throw new Error(`unknown systems ${unknown.join(', ')}; known: ${SYSTEMS.join(', ')}`);
-  return SYSTEMS.filter((s) => ids.includes(s));
-}
-
 /** The peers' versions, or undefined when bench/peers/setup-peers.sh has not installed them. */
 function peerVersions(peersPython: string): Record<string, string> | undefined {
   if (!existsSync(peersPython)) return undefined;
@@ -109,7 +96,7 @@ async function main(): Promise<void> {
   const levels = opts.concurrency.split(',').map(Number);
   const ms = Number(opts.seconds) * 1000;
   const warmupMs = Number(opts.warmup) * 1000;
-  const systems = selectedSystems(opts.systems);
+  const systems = selectSystems(opts.systems, SYSTEMS);
   const work = mkdtempSync(join(tmpdir(), 'tg-peers-'));
   const ctx: Context = {
     root: ROOT,

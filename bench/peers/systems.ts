@@ -1,10 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { binaryRequest, jsonRequest, type OipTensors, type Prepared, sharedMemoryRequests } from '../oip/requests.js';
-import { type Call, httpCall, startProcess, stopProcess, waitHealthy } from './harness.js';
+import { type Call, httpCall, mcpHttpCall, startProcess, stopProcess, toolCall, waitHealthy } from './harness.js';
 import type { SystemId } from './results.js';
 
 /**
@@ -67,21 +67,6 @@ function b64Input(m: ModelCase) {
     shape: m.tensors.shape,
     dtype: 'float32',
   };
-}
-
-/** A tool call on an open MCP client; an error result fails the block. */
-function toolCall(client: Client, tool: string, args: Record<string, unknown>): Call {
-  return async () => {
-    const result = await client.callTool({ name: tool, arguments: args });
-    if (result.isError) throw new Error(`${tool}: ${JSON.stringify(result.content).slice(0, 500)}`);
-  };
-}
-
-/** One MCP session per client over Streamable HTTP, as separate agents would hold. */
-async function mcpHttpCall(url: string, tool: string, args: Record<string, unknown>): Promise<Call> {
-  const client = new Client({ name: 'bench-peers', version: '0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
-  return toolCall(client, tool, args);
 }
 
 /** A port nothing listens on right now, for servers that take a port number. */

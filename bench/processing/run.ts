@@ -27,7 +27,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
@@ -40,10 +40,13 @@ import {
   freePort,
   httpCall,
   type Measured,
+  mcpHttpCall,
+  selectSystems,
   startProcess,
   startTensorgate,
   stopAll,
   stopProcess,
+  toolCall,
   waitHealthy,
 } from '../peers/harness.js';
 import { type ProcessingBlock, type ProcessingResult, SYSTEMS, type SystemId } from './results.js';
@@ -75,18 +78,6 @@ const { values: opts } = parseArgs({
   },
 });
 
-function selectedSystems(spec: string): SystemId[] {
-  if (spec === 'all') return [...SYSTEMS];
-  const ids = spec
-    .split(',')
-    .flatMap((id) =>
-      id === 'tensorgate' ? SYSTEMS.filter((s) => s === 'raw' || s.startsWith('tensorgate-')) : [id as SystemId],
-    );
-  const unknown = ids.filter((id) => !SYSTEMS.includes(id));
-  if (unknown.length) throw new Error(`unknown systems ${unknown.join(', ')}; known: ${SYSTEMS.join(', ')}`);
-  return SYSTEMS.filter((s) => ids.includes(s));
-}
-
 /** The demo image model as `photo-classifier`: version 1 only, with processing and batching. */
 function makeModel(demo: string, models: string): string {
   const dir = join(models, MODEL);
@@ -115,19 +106,6 @@ function runtimeOf(python: string): { python: string; torch: string } {
   return { python: py, torch };
 }
 
-function toolCall(client: Client, tool: string, args: Record<string, unknown>): Call {
-  return async () => {
-    const result = await client.callTool({ name: tool, arguments: args });
-    if (result.isError) throw new Error(`${tool}: ${JSON.stringify(result.content).slice(0, 500)}`);
-  };
-}
-
-async function mcpHttpCall(url: string, tool: string, args: Record<string, unknown>): Promise<Call> {
-  const client = new Client({ name: 'bench-processing', version: '0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
-  return toolCall(client, tool, args);
-}
-
 interface Target {
   system: SystemId;
   makeCall: (client: number) => Promise<Call>;
@@ -151,7 +129,7 @@ async function main(): Promise<void> {
   const levels = opts.concurrency.split(',').map(Number);
   const ms = Number(opts.seconds) * 1000;
   const warmupMs = Number(opts.warmup) * 1000;
-  const systems = selectedSystems(opts.systems);
+  const systems = selectSystems(opts.systems, SYSTEMS);
   const python = pythonExecutable();
   const peersPython = join(ROOT, '.tensorgate', 'peers', 'bin', 'python');
   const work = mkdtempSync(join(tmpdir(), 'tg-processing-'));

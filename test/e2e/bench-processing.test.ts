@@ -26,9 +26,9 @@ describe('bench/processing (smoke)', { timeout: 300_000 }, () => {
       '--concurrency',
       '1,2',
       '--seconds',
-      '0.5',
+      '1.5',
       '--warmup',
-      '0.2',
+      '0.5',
       '--out',
       out,
     ];

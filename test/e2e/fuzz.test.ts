@@ -152,6 +152,18 @@ function mcpCase(r: () => number, pick: Pick): Record<string, unknown> {
   };
 }
 
+/** A tool call's outcome: "ok", the error code of an error result, or SCHEMA when the SDK refused the arguments. */
+async function outcome(client: Client, name: string, args: Record<string, unknown>): Promise<string> {
+  try {
+    const result = await client.callTool({ name, arguments: args });
+    const text = (result.content as { text?: string }[])[0]?.text ?? '';
+    return result.isError ? (/^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`) : 'ok';
+  } catch (err) {
+    // The SDK refuses arguments that break the tool's input schema before calling it.
+    return /Input validation error|-32602|Invalid/.test(String(err)) ? 'SCHEMA' : `threw: ${String(err).slice(0, 200)}`;
+  }
+}
+
 /** What a model with processing may answer for a mangled image: never a crash or an inference failure. */
 const IMAGE_CODES = new Set([
   'ok',
@@ -280,17 +292,7 @@ describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
     const rssBefore = rss();
     for (let i = 0; i < CASES_PER_SURFACE; i++) {
       const args = mcpCase(r, pick);
-      let code: string;
-      try {
-        const result = await client.callTool({ name: 'infer', arguments: args });
-        const text = (result.content as { text?: string }[])[0]?.text ?? '';
-        code = result.isError ? (/^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`) : 'ok';
-      } catch (err) {
-        // The SDK refuses arguments that break the tool's input schema before calling it.
-        code = /Input validation error|-32602|Invalid/.test(String(err))
-          ? 'SCHEMA'
-          : `threw: ${String(err).slice(0, 200)}`;
-      }
+      const code = await outcome(client, 'infer', args);
       codes.set(code, (codes.get(code) ?? 0) + 1);
       assert.ok(
         code === 'ok' || code === 'SCHEMA' || (code in ERROR_CODES && code !== 'INTERNAL'),
@@ -336,19 +338,7 @@ describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
       const form = Math.floor(r() * 3);
       const image =
         form === 0 ? file : form === 1 ? bytes.toString('base64') : `data:image/png;base64,${bytes.toString('base64')}`;
-      let code: string;
-      try {
-        const result = await client.callTool({
-          name: 'digits',
-          arguments: { image: r() < 0.1 ? [image, png] : image },
-        });
-        const text = (result.content as { text?: string }[])[0]?.text ?? '';
-        code = result.isError ? (/^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`) : 'ok';
-      } catch (err) {
-        code = /Input validation error|-32602|Invalid/.test(String(err))
-          ? 'SCHEMA'
-          : `threw: ${String(err).slice(0, 200)}`;
-      }
+      const code = await outcome(client, 'digits', { image: r() < 0.1 ? [image, png] : image });
       codes.set(code, (codes.get(code) ?? 0) + 1);
       assert.ok(IMAGE_CODES.has(code), `case ${i} (${bytes.length} bytes, form ${form}): ${code}`);
     }
