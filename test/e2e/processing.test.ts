@@ -238,7 +238,7 @@ describe('image inputs through MCP (digits demo model)', () => {
     );
     assert.deepEqual(tool.inputSchema.required, ['image']);
     assert.equal(tool.annotations?.readOnlyHint, true);
-    assert.ok((tool.outputSchema?.properties as Record<string, unknown>).predictions);
+    assert.ok((tool.outputSchema?.properties as Record<string, unknown> | undefined)?.predictions);
     const described = (await server.client.callTool({
       name: 'describe_model',
       arguments: { model: 'digits' },
