@@ -21,7 +21,7 @@ import { defaultVersion, type ModelConfig } from './registry/model-config.js';
 import { type ModelRecord, Registry, type RegistryChange } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { classify, type Prediction } from './requests/classify.js';
-import { decodeProcessedInputs } from './requests/decode-images.js';
+import { decodeProcessedInputs, preparedProcessedInputs } from './requests/decode-images.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
@@ -522,7 +522,9 @@ export class Gateway {
    */
   async inferTensors(request: TensorInferenceRequest, options: InferOptions = {}): Promise<TensorInferenceResult> {
     const run = await this.execute(request, options, (config) =>
-      preparedInputs(config.inputs, request.inputs, request.form),
+      config.processing
+        ? preparedProcessedInputs(config, request.inputs, request.form, { config: this.config, store: this.store })
+        : preparedInputs(config.inputs, request.inputs, request.form),
     );
     return {
       request_id: run.request_id,

@@ -2,7 +2,8 @@ import type { DType } from '../tensor/dtype.js';
 
 /**
  * Open Inference Protocol v2 datatype names and tensorgate dtypes. OIP names that no model here
- * can take (UINT16/32/64, BYTES) are known but unsupported, so their error can say so.
+ * can take (UINT16/32/64) are known but unsupported, so their error can say so. BYTES is no dtype:
+ * REST requests carry it to models with processing (infer-codec.ts); gRPC does not take it yet.
  */
 
 const TO_DTYPE = {
@@ -34,6 +35,10 @@ export function oipDatatype(dtype: DType): OipDatatype {
 /** The dtype of an OIP datatype name; a reason string when there is none. */
 export function dtypeOf(datatype: unknown): DType | { reason: string } {
   if (typeof datatype === 'string' && Object.hasOwn(TO_DTYPE, datatype)) return TO_DTYPE[datatype as OipDatatype];
+  if (datatype === 'BYTES')
+    return {
+      reason: 'BYTES inputs (image files for a model with processing) are taken over OIP v2 REST, not gRPC yet',
+    };
   if (typeof datatype === 'string' && UNSUPPORTED.has(datatype))
     return { reason: `datatype ${datatype} is valid OIP v2 but no model served here takes it` };
   return {

@@ -2,6 +2,7 @@ import type { NamedTensor } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorInferenceResult } from '../gateway.js';
 import type { InputForm } from '../requests/decode-inputs.js';
+import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
 import { checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
@@ -47,6 +48,67 @@ function invalid(message: string, data: Record<string, unknown> = {}) {
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/**
+ * A BYTES input (what a model with processing takes: image files): `shape` counts its elements;
+ * binary data is already the serialisation the worker reads (4-byte little-endian length, then the
+ * bytes, per element) and is checked, not copied; JSON `data` is a list of strings, sent on as
+ * their UTF-8 bytes (the gateway reads each as a path, data: URI or base64, as over MCP).
+ */
+function bytesInput(
+  name: string,
+  input: Record<string, unknown>,
+  body: Buffer,
+  cursor: number,
+): { source: TensorSource; consumed: number } {
+  try {
+    checkShape(input.shape);
+  } catch (err) {
+    throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
+  }
+  const count = numel(input.shape as number[]);
+  const parameters = isObject(input.parameters) ? input.parameters : {};
+  if (parameters.shared_memory_region !== undefined)
+    throw tgError(
+      'BAD_TENSOR',
+      `input "${name}": BYTES inputs travel in the body (JSON or binary), not in shared memory`,
+      {
+        input: name,
+      },
+    );
+  const size = parameters.binary_data_size;
+  if (size !== undefined) {
+    if (input.data !== undefined) throw invalid(`input "${name}" has both "data" and binary_data_size`);
+    if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0 || cursor + size > body.length)
+      throw invalid(`input "${name}": binary_data_size must be a byte count within the body`, { input: name });
+    const data = body.subarray(cursor, cursor + size);
+    try {
+      splitBytes(data, count);
+    } catch (err) {
+      throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
+    }
+    return {
+      source: {
+        dtype: 'uint8',
+        shape: [count],
+        byteLength: data.byteLength,
+        bytes: true,
+        data,
+        fill: (t) => t.set(data),
+      },
+      consumed: size,
+    };
+  }
+  const data = input.data;
+  const strings = Array.isArray(data) ? data.flat(Number.POSITIVE_INFINITY) : [data];
+  if (!strings.every((v): v is string => typeof v === 'string') || strings.length !== count)
+    throw tgError(
+      'BAD_TENSOR',
+      `input "${name}": BYTES "data" must be ${count} string(s) (shape [${(input.shape as number[]).join(', ')}])`,
+      { input: name },
+    );
+  return { source: bytesSource(strings.map((v) => Buffer.from(v, 'utf8'))), consumed: 0 };
 }
 
 export function parseInferRequest(
@@ -115,6 +177,13 @@ function parse(
       throw invalid(`inputs[${i}] must be an object with a "name"`);
     const name = input.name;
     if (inputs.has(name)) throw invalid(`input "${name}" is given twice`);
+    if (input.datatype === 'BYTES') {
+      const bytes = bytesInput(name, input, body, cursor);
+      cursor += bytes.consumed;
+      binary ||= bytes.consumed > 0;
+      inputs.set(name, bytes.source);
+      continue;
+    }
     const dtype = dtypeOf(input.datatype);
     if (typeof dtype === 'object')
       throw tgError('BAD_TENSOR', `input "${name}": ${dtype.reason}`, { input: name, datatype: input.datatype });

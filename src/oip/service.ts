@@ -48,7 +48,10 @@ export function modelMetadata(gateway: Gateway, model: string, version?: string)
     versions: version ? [version] : info.versions.map((v) => v.version),
     // Triton's platform names: what a client of Triton expects for each kind of model.
     platform: format === 'torchscript' ? 'pytorch_libtorch' : format === 'onnx' ? 'onnxruntime_onnx' : 'pytorch',
-    inputs: config.inputs.map(tensorMetadata),
+    // A model with processing takes its files as BYTES, one element per image.
+    inputs: config.processing
+      ? Object.keys(config.processing.inputs).map((name) => ({ name, datatype: 'BYTES', shape: [-1] }))
+      : config.inputs.map(tensorMetadata),
     outputs: config.outputs.map(tensorMetadata),
   };
 }

@@ -6,7 +6,8 @@ import { tgError } from '../errors.js';
 import type { ModelConfig } from '../registry/model-config.js';
 import { IMAGE_FORMATS, type ImageFormat, type ImageInputConfig } from '../registry/processing.js';
 import { fromBase64Bytes } from '../tensor/base64.js';
-import { bytesSource } from '../tensor/bytes-tensor.js';
+import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
+import type { TensorSource } from '../tensor/source.js';
 import type { DecodeContext, DecodedInput } from './decode-inputs.js';
 import { resolveAllowedPath } from './decode-inputs.js';
 
@@ -55,6 +56,63 @@ export function decodeProcessedInputs(
     });
     return { name, tensor: bytesSource(items), form, decodeMs: performance.now() - start };
   });
+}
+
+/**
+ * The BYTES inputs of an OIP v2 request to a model with processing: binary elements are the image
+ * files' bytes; JSON elements are strings, each read as an agent's value is (a path, data: URI or
+ * base64). Either way each image gets the same checks as over MCP.
+ */
+export function preparedProcessedInputs(
+  config: ModelConfig,
+  inputs: Map<string, TensorSource>,
+  form: DecodedInput['form'],
+  ctx: DecodeContext,
+): DecodedInput[] {
+  const processed = config.processing?.inputs ?? {};
+  const names = Object.keys(processed);
+  for (const [name, source] of inputs) {
+    if (!(name in processed))
+      throw tgError(
+        'UNKNOWN_INPUT',
+        `input "${name}" is not taken by ${config.name}; it takes ${names.map((n) => `"${n}" (BYTES)`).join(', ')}`,
+        {
+          input: name,
+          expected: names,
+        },
+      );
+    if (!source.bytes)
+      throw tgError('BAD_TENSOR', `input "${name}" of ${config.name} is BYTES: one element per image file`, {
+        input: name,
+      });
+  }
+  return names.map((name) => {
+    const source = inputs.get(name);
+    if (!source)
+      throw tgError(
+        'MISSING_INPUT',
+        `input "${name}" is missing: ${config.name} takes it as BYTES, one element per image`,
+        {
+          input: name,
+        },
+      );
+    const start = performance.now();
+    const image = processed[name] as ImageInputConfig;
+    const elements = splitBytes(source.data ?? serialised(source));
+    const several = elements.length > 1;
+    const items = elements.map((element, item) =>
+      form === 'binary'
+        ? checkImage(name, several ? item : undefined, element, 'the BYTES element', image)
+        : readImage(name, several ? item : undefined, Buffer.from(element).toString('utf8'), image, ctx).bytes,
+    );
+    return { name, tensor: bytesSource(items), form, decodeMs: performance.now() - start };
+  });
+}
+
+function serialised(source: TensorSource): Buffer {
+  const data = Buffer.allocUnsafe(source.byteLength);
+  source.fill(data);
+  return data;
 }
 
 function readImage(
@@ -119,6 +177,19 @@ function readImage(
       data,
     );
   }
+  return { form, bytes: checkImage(input, item, bytes, source, image) };
+}
+
+/** Refuses what an image's first bytes already show: empty, not an image, a format not taken. */
+function checkImage(
+  input: string,
+  item: number | undefined,
+  bytes: Uint8Array,
+  source: string,
+  image: ImageInputConfig,
+): Uint8Array {
+  const where = item === undefined ? `input "${input}"` : `input "${input}" item ${item}`;
+  const data = { input, ...(item !== undefined ? { item } : {}) };
   if (bytes.byteLength === 0) throw tgError('BAD_IMAGE', `${where}: ${source} is empty (0 bytes)`, data);
   const format = sniffImage(bytes);
   if (format === undefined)
@@ -133,7 +204,7 @@ function readImage(
       `${where}: ${source} is a ${format.toUpperCase()} image; this model takes ${image.formats.map((f) => f.toUpperCase()).join(', ')}. Convert it first (for example to PNG)`,
       { ...data, format, formats: image.formats },
     );
-  return { form, bytes };
+  return bytes;
 }
 
 /**

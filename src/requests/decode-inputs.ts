@@ -46,7 +46,16 @@ export function preparedInputs(
   inputs: Map<string, TensorSource>,
   form: InputForm,
 ): DecodedInput[] {
-  return checkedInputs(specs, [...inputs.keys()], (spec) => ({ form, tensor: inputs.get(spec.name) as TensorSource }));
+  return checkedInputs(specs, [...inputs.keys()], (spec) => {
+    const tensor = inputs.get(spec.name) as TensorSource;
+    if (tensor.bytes)
+      throw tgError(
+        'BAD_TENSOR',
+        `input "${spec.name}" is BYTES, but this model takes ${spec.dtype} tensors; BYTES (image files) go to models with processing`,
+        { input: spec.name },
+      );
+    return { form, tensor };
+  });
 }
 
 function checkedInputs(

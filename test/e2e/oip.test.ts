@@ -342,10 +342,10 @@ describe('OIP v2 bad input over raw HTTP', () => {
       /not an OIP v2 datatype/,
     ],
     [
-      'BYTES',
-      () => ({ body: input({ datatype: 'BYTES', data: ['a'] }) }),
+      'BYTES to a model without processing',
+      () => ({ body: input({ datatype: 'BYTES', shape: [1], data: ['a'] }) }),
       400,
-      /valid OIP v2 but no model served here/,
+      /BAD_TENSOR: input "features" is BYTES, but this model takes float32 tensors/,
     ],
     ['a negative shape', () => ({ body: input({ shape: [-1, 4], data: [1, 2, 3, 4] }) }), 400, /shape\[0\] is -1/],
     [

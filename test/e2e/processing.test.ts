@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import type { Client } from '@modelcontextprotocol/client';
 import { type Connected, connect } from '../helpers/mcp.js';
-import { ensureDigitsModels, PYTHON } from '../helpers/models.js';
+import { ensureDigitsModels, PYTHON, ROOT } from '../helpers/models.js';
 
 /**
  * A model with processing, end to end: the real CLI over stdio, the official MCP client, a real
@@ -347,5 +347,42 @@ describe("a model's tool over Streamable HTTP, 2026-07-28 (a server per request)
     assert.notEqual(result.isError, true, result.content[0]?.text);
     const structured = result.structuredContent as unknown as Answer;
     assert.equal(structured.predictions[0]?.[0]?.label, String(labels[name]));
+  });
+});
+
+describe("Triton's own client sends image files as BYTES (OIP v2)", () => {
+  let server: Connected;
+  before(async () => {
+    server = await connect('http', undefined, [], models);
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('binary BYTES (the files) and JSON BYTES (their paths) both give the right digits', () => {
+    const python = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
+    assert.ok(existsSync(python), 'tritonclient is missing: run bash scripts/install-python-clients.sh');
+    const some = names.slice(20, 26);
+    for (const name of some) copyFileSync(join(examples, name), join(server.workDir, name));
+    const host = (server.url as string).replace(/^http:\/\//, '').replace(/\/mcp$/, '');
+    const out = execFileSync(
+      python,
+      [join(ROOT, 'test/fixtures/triton_bytes_client.py'), host, 'digits', ...some.map((n) => join(server.workDir, n))],
+      { encoding: 'utf8', timeout: 120_000 },
+    );
+    const report = JSON.parse(out) as {
+      metadata: { inputs: unknown[]; outputs: { name: string; datatype: string }[] };
+      binary: number[];
+      json_paths: number[];
+      corrupt: string | null;
+      not_an_image: string | null;
+    };
+    assert.deepEqual(report.metadata.inputs, [{ name: 'image', datatype: 'BYTES', shape: [-1] }]);
+    assert.equal(report.metadata.outputs[0]?.datatype, 'FP32');
+    const expected = some.map((n) => labels[n]);
+    assert.deepEqual(report.binary, expected);
+    assert.deepEqual(report.json_paths, expected);
+    assert.match(report.corrupt ?? '', /^BAD_IMAGE: input "image" item 0: the PNG data is corrupt/);
+    assert.match(report.not_an_image ?? '', /^BAD_IMAGE: .*is not a PNG, JPEG, WebP, GIF or BMP image/);
   });
 });
