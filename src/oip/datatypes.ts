@@ -3,7 +3,7 @@ import type { DType } from '../tensor/dtype.js';
 /**
  * Open Inference Protocol v2 datatype names and tensorgate dtypes. OIP names that no model here
  * can take (UINT16/32/64) are known but unsupported, so their error can say so. BYTES is no dtype:
- * REST requests carry it to models with processing (infer-codec.ts); gRPC does not take it yet.
+ * both encodings carry it to models with processing (infer-codec.ts, grpc.ts) before asking here.
  */
 
 const TO_DTYPE = {
@@ -21,7 +21,7 @@ const TO_DTYPE = {
 
 export type OipDatatype = keyof typeof TO_DTYPE;
 
-const UNSUPPORTED = new Set(['UINT16', 'UINT32', 'UINT64', 'BYTES']);
+const UNSUPPORTED = new Set(['UINT16', 'UINT32', 'UINT64']);
 
 const FROM_DTYPE = Object.fromEntries(Object.entries(TO_DTYPE).map(([oip, dtype]) => [dtype, oip])) as Record<
   DType,
@@ -35,10 +35,6 @@ export function oipDatatype(dtype: DType): OipDatatype {
 /** The dtype of an OIP datatype name; a reason string when there is none. */
 export function dtypeOf(datatype: unknown): DType | { reason: string } {
   if (typeof datatype === 'string' && Object.hasOwn(TO_DTYPE, datatype)) return TO_DTYPE[datatype as OipDatatype];
-  if (datatype === 'BYTES')
-    return {
-      reason: 'BYTES inputs (image files for a model with processing) are taken over OIP v2 REST, not gRPC yet',
-    };
   if (typeof datatype === 'string' && UNSUPPORTED.has(datatype))
     return { reason: `datatype ${datatype} is valid OIP v2 but no model served here takes it` };
   return {

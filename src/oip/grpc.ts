@@ -8,6 +8,7 @@ import { asTensorgateError, type ErrorCode, tgError } from '../errors.js';
 import type { Gateway, TensorInferenceResult } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
 import type { RateLimiter } from '../security/rate-limit.js';
+import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
 import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
@@ -128,6 +129,10 @@ function decodeInputs(req: InferRequestMessage, maxArrayElements: number): Map<s
   for (const [i, input] of req.inputs.entries()) {
     const name = input.name;
     if (inputs.has(name)) throw tgError('INVALID_REQUEST', `input "${name}" is given twice`);
+    if (input.datatype === 'BYTES') {
+      inputs.set(name, bytesInput(name, input, raw.length > 0 ? (raw[i] as Buffer) : undefined));
+      continue;
+    }
     const dtype = dtypeOf(input.datatype);
     if (typeof dtype === 'object') throw tgError('BAD_TENSOR', `input "${name}": ${dtype.reason}`, { input: name });
     const shape = input.shape.map(Number);
@@ -162,6 +167,44 @@ function decodeInputs(req: InferRequestMessage, maxArrayElements: number): Map<s
     inputs.set(name, tensorSource({ ...tensor, shape }));
   }
   return inputs;
+}
+
+/**
+ * A BYTES input (image files for a model with processing): raw_input_contents already holds the
+ * serialisation the worker reads (a 4-byte little-endian length, then the bytes, per element),
+ * checked against the shape; contents.bytes_contents holds the elements themselves.
+ */
+function bytesInput(name: string, input: InferRequestMessage['inputs'][number], raw: Buffer | undefined): TensorSource {
+  const shape = input.shape.map(Number);
+  try {
+    checkShape(shape);
+  } catch (err) {
+    throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
+  }
+  const count = numel(shape);
+  if (raw) {
+    try {
+      splitBytes(raw, count);
+    } catch (err) {
+      throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
+    }
+    return {
+      dtype: 'uint8',
+      shape: [count],
+      byteLength: raw.byteLength,
+      bytes: true,
+      data: raw,
+      fill: (t) => t.set(raw),
+    };
+  }
+  const elements = input.contents?.bytes_contents ?? [];
+  if (elements.length !== count)
+    throw tgError(
+      'BAD_TENSOR',
+      `input "${name}": contents.bytes_contents holds ${elements.length} elements but shape [${shape.join(', ')}] needs ${count}`,
+      { input: name },
+    );
+  return bytesSource(elements as Uint8Array[]);
 }
 
 export interface GrpcServerHandle {
@@ -286,7 +329,11 @@ export async function serveGrpc(
           ...(req.id ? { request_id: req.id } : {}),
           parameters: tensorgateParameters(plainParameters(req.parameters)),
           inputs,
-          form: (req.raw_input_contents ?? []).length > 0 ? 'binary' : 'array',
+          // BYTES elements over gRPC are bytes (the image files), never text to be read as paths.
+          form:
+            (req.raw_input_contents ?? []).length > 0 || req.inputs.some((i) => i.datatype === 'BYTES')
+              ? 'binary'
+              : 'array',
         },
         { signal: gone.signal, adapter: 'oip-grpc' },
       );

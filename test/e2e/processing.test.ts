@@ -350,16 +350,16 @@ describe("a model's tool over Streamable HTTP, 2026-07-28 (a server per request)
   });
 });
 
-describe("Triton's own client sends image files as BYTES (OIP v2)", () => {
+describe("Triton's own clients send image files as BYTES (OIP v2 REST and gRPC)", () => {
   let server: Connected;
   before(async () => {
-    server = await connect('http', undefined, [], models);
+    server = await connect('http', undefined, ['--grpc', '0'], models);
   });
   after(async () => {
     await server?.close();
   });
 
-  it('binary BYTES (the files) and JSON BYTES (their paths) both give the right digits', () => {
+  it('binary BYTES (the files), JSON BYTES (their paths) and gRPC BYTES all give the right digits', () => {
     const python = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
     assert.ok(existsSync(python), 'tritonclient is missing: run bash scripts/install-python-clients.sh');
     const some = names.slice(20, 26);
@@ -367,21 +367,33 @@ describe("Triton's own client sends image files as BYTES (OIP v2)", () => {
     const host = (server.url as string).replace(/^http:\/\//, '').replace(/\/mcp$/, '');
     const out = execFileSync(
       python,
-      [join(ROOT, 'test/fixtures/triton_bytes_client.py'), host, 'digits', ...some.map((n) => join(server.workDir, n))],
+      [
+        join(ROOT, 'test/fixtures/triton_bytes_client.py'),
+        host,
+        /OIP v2 gRPC at ([\d.]+:\d+)/.exec(server.serverLog())?.[1] as string,
+        'digits',
+        ...some.map((n) => join(server.workDir, n)),
+      ],
       { encoding: 'utf8', timeout: 120_000 },
     );
     const report = JSON.parse(out) as {
       metadata: { inputs: unknown[]; outputs: { name: string; datatype: string }[] };
+      grpc_metadata: { inputs: unknown[] };
       binary: number[];
       json_paths: number[];
+      grpc: number[];
       corrupt: string | null;
       not_an_image: string | null;
+      grpc_corrupt: string | null;
     };
     assert.deepEqual(report.metadata.inputs, [{ name: 'image', datatype: 'BYTES', shape: [-1] }]);
     assert.equal(report.metadata.outputs[0]?.datatype, 'FP32');
     const expected = some.map((n) => labels[n]);
     assert.deepEqual(report.binary, expected);
     assert.deepEqual(report.json_paths, expected);
+    assert.deepEqual(report.grpc, expected);
+    assert.deepEqual(report.grpc_metadata.inputs, [{ name: 'image', datatype: 'BYTES', shape: ['-1'] }]);
+    assert.match(report.grpc_corrupt ?? '', /BAD_IMAGE: input "image" item 0: the PNG data is corrupt/);
     assert.match(report.corrupt ?? '', /^BAD_IMAGE: input "image" item 0: the PNG data is corrupt/);
     assert.match(report.not_an_image ?? '', /^BAD_IMAGE: .*is not a PNG, JPEG, WebP, GIF or BMP image/);
   });
