@@ -1,13 +1,17 @@
-"""Input processing in the worker: encoded items (image files) to the model's input tensors.
+"""Input processing in the worker: encoded items (image files, texts, WAV recordings) to the
+model's input tensors.
 
 The gateway sends a processed input as a BYTES tensor (docs/worker-protocol.md#bytes-inputs): its
 items, each a 4-byte little-endian length and that many bytes, in the shared-memory arena. The
 worker decodes them here, in the model's own process, so that decoding and resizing never run on
 the gateway's event loop and are batched with the forward pass that takes them.
 
-The steps and their order follow torchvision's classic transforms (EXIF orientation, mode, resize,
-center crop, to floats, scale, normalise), with Pillow doing the pixel work, so a config written
-from a torchvision pipeline reproduces it. docs/processing.md is the prose form of the options.
+Images follow torchvision's classic transforms (EXIF orientation, mode, resize, center crop, to
+floats, scale, normalise), with Pillow doing the pixel work, so a config written from a
+torchvision pipeline reproduces it. Texts go through the model's own Hugging Face tokenizer
+(``tokenizer.json`` in the version folder), as ``transformers`` would tokenize them. Recordings
+are WAV files, mixed to mono and resampled (``_audio.py``). docs/processing.md is the prose form
+of the options.
 """
 
 from __future__ import annotations
@@ -17,18 +21,23 @@ import io
 import struct
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from . import _audio
 from ._dtypes import to_torch
 from ._errors import (
     BAD_IMAGE,
     BAD_PARAMETER,
     BAD_TENSOR,
+    BAD_TEXT,
     IMAGE_FORMAT_NOT_SUPPORTED,
     IMAGE_TOO_LARGE,
+    LOAD_FAILED,
+    TEXT_TOO_LONG,
     WorkerError,
 )
 
@@ -257,40 +266,213 @@ class ImageSteps:
         return out.contiguous()
 
 
+@dataclass(frozen=True)
+class TextSteps:
+    """One text input's processing: UTF-8 items through the model's tokenizer into token ids, an
+    attention mask and token type ids, padded per batch or to ``max_length``."""
+
+    name: str
+    tokenizer: Any  # tokenizers.Tokenizer, configured for this input's padding and truncation
+    #: Model input by role: input_ids, attention_mask, token_type_ids.
+    tensors: dict[str, str]
+    dtypes: dict[str, torch.dtype]
+    max_length: int
+    refuse_longer: bool
+
+    @classmethod
+    def from_json(
+        cls, name: str, raw: dict[str, Any], dtypes: dict[str, str], version_dir: Path
+    ) -> TextSteps:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:  # pragma: no cover - a runtime requirement
+            raise WorkerError(
+                BAD_PARAMETER,
+                "text processing needs the tokenizers package in the worker's Python "
+                "(pip install tokenizers)",
+            ) from None
+        field = f"processing.inputs.{name}.tokenizer"
+        path = version_dir / str(raw.get("tokenizer", "tokenizer.json"))
+        if not path.is_file():
+            raise WorkerError(
+                LOAD_FAILED,
+                f"{field}: no tokenizer file {path}; save the model's tokenizer there "
+                '(tokenizer.save_pretrained writes "tokenizer.json")',
+            )
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
+            message = f"{field}: {path} is not a tokenizer.json: {exc}"
+            raise WorkerError(LOAD_FAILED, message) from None
+        max_length = int(raw.get("max_length", 512))
+        refuse = raw.get("truncation", "truncate") == "refuse"
+        if refuse:
+            tokenizer.no_truncation()  # to count the tokens of a text that is too long
+        else:
+            tokenizer.enable_truncation(max_length)
+        pad_id = _pad_id(tokenizer)
+        tokenizer.enable_padding(
+            pad_id=pad_id,
+            pad_token=tokenizer.id_to_token(pad_id) or "[PAD]",
+            length=max_length if raw.get("padding", "longest") == "max_length" else None,
+        )
+        tensors = {str(role): str(t) for role, t in (raw.get("tensors") or {}).items() if t}
+        for tensor in tensors.values():
+            if tensor not in dtypes:
+                message = f"processing input {name!r}: no model input {tensor!r}"
+                raise WorkerError(BAD_PARAMETER, message)
+        return cls(
+            name=name,
+            tokenizer=tokenizer,
+            tensors=tensors,
+            dtypes={t: to_torch(dtypes[t]) for t in tensors.values()},
+            max_length=max_length,
+            refuse_longer=refuse,
+        )
+
+    def batch(self, items: list[memoryview]) -> dict[str, torch.Tensor]:
+        texts: list[str] = []
+        for index, data in enumerate(items):
+            try:
+                texts.append(str(data, "utf-8"))
+            except UnicodeDecodeError as exc:
+                raise WorkerError(
+                    BAD_TEXT,
+                    f'input "{self.name}" item {index}: not valid UTF-8 ({exc.reason} at byte '
+                    f"{exc.start})",
+                ) from None
+        encodings = self.tokenizer.encode_batch(texts)
+        for index, encoding in enumerate(encodings):
+            tokens = int(sum(encoding.attention_mask))
+            if self.refuse_longer and tokens > self.max_length:
+                raise WorkerError(
+                    TEXT_TOO_LONG,
+                    f'input "{self.name}" item {index}: {tokens} tokens, over this input\'s '
+                    f"max_length of {self.max_length}; shorten the text (truncation is "
+                    f'"refuse" in processing.inputs.{self.name})',
+                )
+            if tokens == 0:
+                raise WorkerError(
+                    BAD_TEXT, f'input "{self.name}" item {index}: the text makes no tokens'
+                )
+        fields = {
+            "input_ids": [e.ids for e in encodings],
+            "attention_mask": [e.attention_mask for e in encodings],
+            "token_type_ids": [e.type_ids for e in encodings],
+        }
+        return {
+            tensor: torch.tensor(fields[role], dtype=self.dtypes[tensor])
+            for role, tensor in self.tensors.items()
+        }
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """The tokenizer's own padding id, else its pad token's, else 0 (masked out either way)."""
+    if tokenizer.padding:
+        return int(tokenizer.padding["pad_id"])
+    for token in ("[PAD]", "<pad>", "<|pad|>", "<PAD>"):
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found)
+    return 0
+
+
+@dataclass(frozen=True)
+class AudioSteps:
+    """One audio input's processing: WAV items mixed to mono, resampled to the model's rate and
+    padded or trimmed to its length (else to the batch's longest)."""
+
+    name: str
+    tensor: str
+    sample_rate: int
+    length: int | None
+    max_seconds: float
+    dtype: torch.dtype
+    #: The model takes [batch, 1, samples] rather than [batch, samples].
+    channel_dim: bool
+
+    @classmethod
+    def from_json(cls, name: str, raw: dict[str, Any], dtype: str, rank: int) -> AudioSteps:
+        length = raw.get("length")
+        return cls(
+            name=name,
+            tensor=str(raw.get("tensor", name)),
+            sample_rate=int(raw["sample_rate"]),
+            length=int(length) if length is not None else None,
+            max_seconds=float(raw.get("max_seconds", 600)),
+            dtype=to_torch(dtype),
+            channel_dim=rank == 3,
+        )
+
+    def batch(self, items: list[memoryview]) -> dict[str, torch.Tensor]:
+        signals = []
+        for index, data in enumerate(items):
+            samples, rate = _audio.read_wav(
+                data, f'input "{self.name}" item {index}', self.max_seconds
+            )
+            mono = torch.from_numpy(_audio.to_mono(samples))
+            signals.append(_audio.resample(mono, rate, self.sample_rate))
+        length = self.length if self.length is not None else max(len(s) for s in signals)
+        out = torch.stack([_audio.fit_length(s, length) for s in signals]).to(self.dtype)
+        return {self.tensor: out.unsqueeze(1) if self.channel_dim else out}
+
+
 class Processing:
     """A model's input processing: which model inputs come from which processed inputs."""
 
-    def __init__(self, raw: object, input_dtypes: dict[str, str]) -> None:
+    def __init__(
+        self, raw: object, model_inputs: dict[str, tuple[str, int]], version_dir: Path
+    ) -> None:
+        """``model_inputs``: each model input's dtype name and rank."""
         if not isinstance(raw, dict):
             raise WorkerError(BAD_PARAMETER, "processing must be an object")
-        self.steps: dict[str, ImageSteps] = {}
+        dtypes = {name: dtype for name, (dtype, _) in model_inputs.items()}
+        self.steps: dict[str, ImageSteps | TextSteps | AudioSteps] = {}
         for name, cfg in (raw.get("inputs") or {}).items():
-            if not isinstance(cfg, dict) or cfg.get("type") != "image":
+            kind = cfg.get("type") if isinstance(cfg, dict) else None
+            if kind == "text":
+                self.steps[name] = TextSteps.from_json(name, cfg, dtypes, version_dir)
+                continue
+            if kind not in ("image", "audio"):
                 raise WorkerError(
-                    BAD_PARAMETER, f"processing input {name!r}: this worker processes images only"
+                    BAD_PARAMETER,
+                    f"processing input {name!r}: type {kind!r} is not image, text or audio",
                 )
             tensor = str(cfg.get("tensor", name))
-            if tensor not in input_dtypes:
+            if tensor not in model_inputs:
                 raise WorkerError(
                     BAD_PARAMETER, f"processing input {name!r}: no model input {tensor!r}"
                 )
-            self.steps[name] = ImageSteps.from_json(name, cfg, input_dtypes[tensor])
+            dtype, rank = model_inputs[tensor]
+            self.steps[name] = (
+                ImageSteps.from_json(name, cfg, dtype)
+                if kind == "image"
+                else AudioSteps.from_json(name, cfg, dtype, rank)
+            )
 
     def warm(self) -> None:
-        """Decodes a tiny image through every input's steps, so that loading Pillow's format
-        plugins and the first resize (17 ms on the development VM) land in the load, not in the
-        first request."""
-        Image.init()
+        """Runs a tiny item through every input's steps, so that loading Pillow's format plugins,
+        the tokenizer's first batch and the first resize (17 ms for images on the development VM)
+        land in the load, not in the first request."""
         for steps in self.steps.values():
-            tiny = io.BytesIO()
-            Image.new("RGB", (4, 4)).save(tiny, "PNG")
+            if isinstance(steps, ImageSteps):
+                Image.init()
+                tiny = io.BytesIO()
+                Image.new("RGB", (4, 4)).save(tiny, "PNG")
+                item = tiny.getvalue()
+            elif isinstance(steps, TextSteps):
+                item = b"warm up"
+            else:
+                item = _audio.silent_wav(steps.sample_rate, steps.length or 16)
             # A config that refuses PNG refuses it here: the plugins are loaded all the same.
             with contextlib.suppress(WorkerError):
-                steps.batch([memoryview(tiny.getvalue())])
+                self.tensors(steps.name, [memoryview(item)])
 
-    def tensor(self, name: str, items: list[memoryview]) -> tuple[str, torch.Tensor]:
-        """The model input ``name``'s items make, and that input's name."""
+    def tensors(self, name: str, items: list[memoryview]) -> dict[str, torch.Tensor]:
+        """The model inputs ``name``'s items make, by model input name."""
         steps = self.steps.get(name)
         if steps is None:
             raise WorkerError(BAD_TENSOR, f'input "{name}" is BYTES but has no processing')
-        return steps.tensor, steps.batch(items)
+        if isinstance(steps, ImageSteps):
+            return {steps.tensor: steps.batch(items)}
+        return steps.batch(items)

@@ -14,6 +14,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -154,8 +155,8 @@ class Worker:
             )
         torch.set_num_threads(max(1, spec.threads))
         if spec.processing is not None:
-            dtypes = {s.name: NAMES[s.dtype] for s in spec.inputs}
-            self.processing = Processing(spec.processing, dtypes)
+            model_inputs = {s.name: (NAMES[s.dtype], len(s.shape)) for s in spec.inputs}
+            self.processing = Processing(spec.processing, model_inputs, Path(spec.code_dir))
         start = time.perf_counter()
         model = load_model(spec)
         loaded = time.perf_counter()
@@ -251,7 +252,7 @@ class Worker:
 
     def _inputs(self, headers: list[Message], runner: Runner) -> list[torch.Tensor]:
         """The model's inputs in its declared order: tensors viewed in the arena as they are,
-        BYTES inputs (encoded images) decoded by the model's processing."""
+        BYTES inputs (image files, texts, recordings) decoded by the model's processing."""
         by_name: dict[str, torch.Tensor] = {}
         for h in headers:
             if not h.get("bytes"):
@@ -269,14 +270,13 @@ class Worker:
             view = self.arena_in.view(h.get("offset"), h.get("nbytes"))
             items = split_items(view, shape[0], str(h.get("name")))
             try:
-                tensor_name, tensor = self.processing.tensor(str(h.get("name")), items)
+                by_name.update(self.processing.tensors(str(h.get("name")), items))
             finally:
-                # The decoded pixels are copies: the arena views go now, so a remap can retire
+                # The decoded tensors are copies: the arena views go now, so a remap can retire
                 # the old mapping.
                 for item in items:
                     item.release()
                 view.release()
-            by_name[tensor_name] = tensor
         missing = [s.name for s in runner.spec.inputs if s.name not in by_name]
         if missing:
             raise WorkerError(BAD_TENSOR, f"infer is missing model inputs {missing}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,11 +186,17 @@ def test_bytes_items_are_split_without_copying_and_checked() -> None:
         assert caught.value.code == BAD_TENSOR
 
 
-def test_processing_maps_processed_inputs_to_model_inputs() -> None:
+def test_processing_maps_processed_inputs_to_model_inputs(tmp_path: Path) -> None:
     processing = Processing(
-        {"inputs": {"photo": {**IMAGENET, "tensor": "pixels"}}}, {"pixels": "float32"}
+        {"inputs": {"photo": {**IMAGENET, "tensor": "pixels"}}},
+        {"pixels": ("float32", 4)},
+        tmp_path,
     )
-    name, tensor = processing.tensor("photo", [encode(picture(), "PNG")])
+    (name, tensor), *_ = processing.tensors("photo", [encode(picture(), "PNG")]).items()
     assert name == "pixels" and tensor.shape == (1, 3, 20, 20)
     with pytest.raises(WorkerError):
-        Processing({"inputs": {"photo": {**IMAGENET, "tensor": "nope"}}}, {"pixels": "float32"})
+        Processing(
+            {"inputs": {"photo": {**IMAGENET, "tensor": "nope"}}},
+            {"pixels": ("float32", 4)},
+            tmp_path,
+        )
