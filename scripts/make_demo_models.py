@@ -13,6 +13,17 @@ runtime's Python (``.tensorgate/venv/bin/python``).
   JPEG, WebP, GIF or BMP of a digit (dark ink on light paper), inverts and shrinks it to 8x8, and
   answers the top labels. Held-out digits are written as PNGs to ``digits/examples`` with
   ``labels.json``, for the README's example and the tests.
+- ``intents``: which of 11 intents a request to an assistant is (weather, set_alarm, ...), taking
+  text: its ``processing`` tokenizes sentences with the ``tokenizer.json`` next to the model, a
+  WordPiece vocabulary learnt at set-up from sentences generated from templates; token
+  embeddings averaged over the attention mask and a small MLP, trained for a few seconds. Whole
+  templates and slot values are held out; 40 held-out sentences go to ``intents/examples.json``
+  (scripts/demo_intents.py).
+- ``dtmf``: which telephone keypad key (0-9, *, #, A-D) a tone recording is, taking a WAV file
+  (the server mixes it to mono, resamples it to 8 kHz and keeps 0.5 s): log magnitude spectrum
+  and a small MLP, trained for a few seconds on synthetic tones with jitter, twist and noise.
+  Example recordings in assorted rates, channels and sample widths go to ``dtmf/examples`` with
+  ``labels.json`` (scripts/demo_dtmf.py).
 - the vision pipeline: ``image-preprocess`` (uint8 HWC pixels -> normalised CHW floats),
   ``object-detector`` (bright regions on a 7x7 grid: scores and boxes), ``detection-fusion``
   (class probabilities weighted by detection confidence) and the workflow ``vision-pipeline``
@@ -43,6 +54,8 @@ from _model_repo import (
     stable_hashing,
     write_config,
 )
+from demo_dtmf import build_dtmf
+from demo_intents import build_intents
 
 SEED = 0
 IRIS_LABELS = ["setosa", "versicolor", "virginica"]
@@ -223,18 +236,15 @@ def build_digits(out: Path) -> None:
     write_config(
         root,
         {
-            "name": "digits",
-            "description": "Reads a handwritten digit (0-9) from an image file: a small CNN "
-            "trained on scikit-learn's 8x8 digit scans. Takes a PNG, JPEG, WebP, GIF or BMP "
-            "of one digit, dark on a light background, roughly square and filling the image.",
-            "engine": "torch",
-            "default_version": "1",
-            "inputs": [image],
-            "outputs": [spec("logits", "float32", [-1, 10], labels=[str(d) for d in range(10)])],
-            "parameters": {"precision": ["fp32"]},
-            "resources": {"device": "cpu", "threads": 1, "memory_mb": 64, "instances": 1},
+            **small_config(
+                "digits",
+                "Reads a handwritten digit (0-9) from an image file: a small CNN "
+                "trained on scikit-learn's 8x8 digit scans. Takes a PNG, JPEG, WebP, GIF or BMP "
+                "of one digit, dark on a light background, roughly square and filling the image.",
+                [image],
+                [spec("logits", "float32", [-1, 10], labels=[str(d) for d in range(10)])],
+            ),
             "batching": {"max_batch_size": 32, "max_queue_delay_us": 1000},
-            "versions": {"1": {"format": "export", "file": "model.pt2"}},
             "processing": {
                 "inputs": {
                     "image": {
@@ -367,6 +377,8 @@ PARTS = {
     "tabular": build_tabular,
     "image": build_image,
     "digits": build_digits,
+    "intents": build_intents,
+    "dtmf": build_dtmf,
     "pipeline": build_pipeline,
 }
 

@@ -108,10 +108,14 @@ install_pins python/requirements-demo.txt
 if [[ ! -f models/image-classifier/config.json || ! -f models/image-classifier/1/model.pt2 ]]; then
   step "building the demo models into models/"
   "$PYTHON" scripts/make_demo_models.py models
-elif [[ ! -f models/digits/examples/labels.json ]]; then
-  # A checkout set up before the digits demo existed gets it without rebuilding the rest.
-  step "building the digits demo model into models/"
-  "$PYTHON" scripts/make_demo_models.py models --only digits
+else
+  # A checkout set up before a demo existed gets it without rebuilding the rest.
+  for part in digits:digits/examples/labels.json intents:intents/examples.json dtmf:dtmf/examples/labels.json; do
+    if [[ ! -f models/${part#*:} ]]; then
+      step "building the ${part%%:*} demo model into models/"
+      "$PYTHON" scripts/make_demo_models.py models --only "${part%%:*}"
+    fi
+  done
 fi
 
 if [[ $want_test == 1 ]]; then

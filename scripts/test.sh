@@ -21,9 +21,11 @@ npx tsc -p tsconfig.test.json
 
 step "building the test models"
 export TENSORGATE_TEST_MODELS="$PWD/.tensorgate/test-models"
-"$PYTHON" scripts/make_demo_models.py "$TENSORGATE_TEST_MODELS" --skip pipeline --skip digits >/dev/null
+"$PYTHON" scripts/make_demo_models.py "$TENSORGATE_TEST_MODELS" --skip pipeline --skip digits --skip intents --skip dtmf >/dev/null
 # The digits model (image files in, labels out) in a repository of its own: test/helpers/models.ts.
 "$PYTHON" scripts/make_demo_models.py "$TENSORGATE_TEST_MODELS-digits" --only digits >/dev/null
+# The text and audio demo models (a sentence, a WAV file in), likewise.
+"$PYTHON" scripts/make_demo_models.py "$TENSORGATE_TEST_MODELS-text-audio" --only intents --only dtmf >/dev/null
 "$PYTHON" scripts/make_test_models.py "$TENSORGATE_TEST_MODELS" >/dev/null
 
 step "python tests (pytest) on torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"

@@ -29,6 +29,24 @@ export const ERROR_CODES = {
     status: 413,
     summary: "An image has more pixels than its input's max_pixels (a decompression bomb guard).",
   },
+  BAD_TEXT: {
+    status: 400,
+    summary: 'A text input is not a string, or its bytes (an OIP v2 BYTES element) are not valid UTF-8.',
+  },
+  TEXT_TOO_LONG: {
+    status: 413,
+    summary: "A text has more tokens than its input's max_length, and its processing refuses rather than truncates.",
+  },
+  BAD_AUDIO: {
+    status: 400,
+    summary:
+      'An audio input is empty, not a WAV file, holds no samples, or its header does not match its data (a truncated or lying header).',
+  },
+  AUDIO_FORMAT_NOT_SUPPORTED: {
+    status: 415,
+    summary: 'An audio input is MP3, FLAC, Ogg or a WAV encoding (A-law, ADPCM, …) the worker does not decode.',
+  },
+  AUDIO_TOO_LONG: { status: 413, summary: "A recording lasts longer than its input's max_seconds." },
   INPUT_TOO_LARGE: { status: 413, summary: 'An input exceeds the configured size limit for its form.' },
   PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
   FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },

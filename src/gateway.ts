@@ -18,11 +18,13 @@ import { RequestWindow } from './metrics/request-window.js';
 import type { Logger } from './observability/logger.js';
 import type { Adapter, RequestObserver } from './observability/request-observer.js';
 import { defaultVersion, type ModelConfig } from './registry/model-config.js';
+import type { ClassificationOutputConfig, EmbeddingOutputConfig } from './registry/processing.js';
 import { type ModelRecord, Registry, type RegistryChange } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { classify, type Prediction } from './requests/classify.js';
-import { decodeProcessedInputs, preparedProcessedInputs } from './requests/decode-images.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
+import { decodeProcessedInputs, preparedProcessedInputs } from './requests/decode-processed.js';
+import { type EmbeddingAnswer, embedRows } from './requests/embed.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
 import { type OutputResult, presentOutput } from './requests/present-output.js';
@@ -30,6 +32,7 @@ import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
 import type { VariantChoice, VariantRoute, VersionVariants } from './scheduler/version-variants.js';
 import { AccessControl } from './security/rbac.js';
+import { roundSignificant } from './tensor/number-format.js';
 import type { TensorSource } from './tensor/source.js';
 import { TensorStore } from './tensor/store.js';
 import { numel } from './tensor/tensor.js';
@@ -66,8 +69,10 @@ export interface InferenceResult {
   /** Rows in the forward pass that served this request (more than its own when batched). */
   batch_size: number;
   outputs: OutputResult[];
-  /** Models with a classification output: per item (image), its top labels. */
+  /** Models with a classification output: per item (image, text, recording), its top labels. */
   predictions?: Prediction[][];
+  /** Models with an embedding output: what the vectors behind the output's handle are. */
+  embedding?: EmbeddingAnswer;
   timings: StageTimings;
   notes: string[];
 }
@@ -483,7 +488,10 @@ export class Gateway {
         : decodeInputs(config.inputs, request.inputs, { config: this.config, store: this.store }),
     );
     const postprocessStart = performance.now();
-    const predictions = this.predictions(run);
+    const processed = run.config.processing?.output;
+    const predictions = processed?.type === 'classification' ? this.predictions(run, processed) : undefined;
+    const embedded = processed?.type === 'embedding' ? this.embedding(run, processed) : undefined;
+    const postprocessed = processed ? performance.now() - postprocessStart : undefined;
     const encodeStart = performance.now();
     const outputs = run.outputs.map(({ name, tensor }) =>
       presentOutput(this.store, name, tensor, `${run.config.name}@${run.version}:${name}`, {
@@ -491,6 +499,10 @@ export class Gateway {
         topK: run.topK,
       }),
     );
+    const embedding = embedded && {
+      ...embedded,
+      uri: outputs.find((o) => o.name === embedded.output)?.uri ?? '',
+    };
     return {
       request_id: run.request_id,
       model: run.model,
@@ -499,20 +511,41 @@ export class Gateway {
       batch_size: run.batch_size,
       outputs,
       ...(predictions ? { predictions } : {}),
-      timings: run.finish(encodeStart, predictions ? encodeStart - postprocessStart : undefined),
+      ...(embedding ? { embedding } : {}),
+      timings: run.finish(encodeStart, postprocessed),
       notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),
     };
   }
 
-  /** A classification output's answer per item, when the model's processing declares one. */
-  private predictions(run: { config: ModelConfig; outputs: NamedTensor[]; topK: number; threshold?: number }) {
-    const output = run.config.processing?.output;
-    if (!output) return undefined;
+  /** A classification output's answer per item. */
+  private predictions(
+    run: { config: ModelConfig; outputs: NamedTensor[]; topK: number; threshold?: number },
+    output: ClassificationOutputConfig,
+  ): Prediction[][] | undefined {
     const name = output.tensor ?? run.config.outputs[0]?.name;
     const scores = run.outputs.find((o) => o.name === name)?.tensor;
     if (!scores) return undefined;
     const labels = run.config.outputs.find((o) => o.name === name)?.labels;
     return classify(scores, labels, output, { topK: run.topK, threshold: run.threshold });
+  }
+
+  /** An embedding output's answer; normalising replaces the output, so its handle holds unit vectors. */
+  private embedding(
+    run: { config: ModelConfig; outputs: NamedTensor[] },
+    output: EmbeddingOutputConfig,
+  ): Omit<EmbeddingAnswer, 'uri'> | undefined {
+    const name = output.tensor ?? run.config.outputs[0]?.name;
+    const entry = run.outputs.find((o) => o.name === name);
+    if (!entry || name === undefined) return undefined;
+    const { tensor, norms } = embedRows(entry.tensor, output.normalize);
+    entry.tensor = tensor;
+    return {
+      output: name,
+      items: norms.length,
+      dims: tensor.shape[1] ?? 0,
+      normalized: output.normalize,
+      norms: norms.map((n) => roundSignificant(n, 4)),
+    };
   }
 
   /**

@@ -2,10 +2,20 @@ import type { CallToolResult, McpServer, RegisteredTool } from '@modelcontextpro
 import { z } from 'zod';
 import type { Gateway, InferenceResult } from '../gateway.js';
 import { defaultVersion, type ModelConfig } from '../registry/model-config.js';
-import { IMAGE_INPUT_FORMS } from '../requests/decode-images.js';
+import type { ProcessedInputConfig } from '../registry/processing.js';
+import { inputForms } from '../requests/decode-processed.js';
 import { requestSignal } from './connection-signal.js';
 import { callerOf, errorResult } from './results.js';
-import { InferOut, inferResult, PredictionsOut, predictionLines, TimingsOut, timingsLine } from './tools.js';
+import {
+  EmbeddingOut,
+  embeddingLine,
+  InferOut,
+  inferResult,
+  PredictionsOut,
+  predictionLines,
+  TimingsOut,
+  timingsLine,
+} from './tools.js';
 
 /**
  * One MCP tool per model with processing: "digits" taking {"image": "/photos/seven.png"} and
@@ -31,7 +41,16 @@ const ClassificationOut = z.object({
   model: z.string(),
   version: z.string(),
   predictions: PredictionsOut,
-  batch_size: z.number().int().describe('images in the forward pass that served this call (more when batched)'),
+  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
+  timings: TimingsOut,
+});
+
+const EmbeddingAnswerOut = z.object({
+  request_id: z.string(),
+  model: z.string(),
+  version: z.string(),
+  embedding: EmbeddingOut,
+  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
   timings: TimingsOut,
 });
 
@@ -42,51 +61,100 @@ function definitionOf(config: ModelConfig): Definition {
   const output = processing.output;
   const shape: Record<string, z.ZodType> = {};
   const takes: string[] = [];
-  for (const [name, image] of Object.entries(processing.inputs)) {
-    const what = image.description ? ` (${image.description})` : '';
-    shape[name] = z
-      .union([z.string(), z.array(z.string()).min(1)])
-      .describe(
-        `${image.description ?? 'the image'}: an absolute path or file:// URL of a ${image.formats.map((f) => f.toUpperCase()).join(', ')} file, a data: URI, or base64 of the file; a list for several images`,
-      );
-    takes.push(`"${name}"${what}`);
+  for (const [name, input] of Object.entries(processing.inputs)) {
+    shape[name] = inputSchema(input);
+    takes.push(`"${name}"${input.description ? ` (${input.description})` : ''}: ${inputForms(input)}`);
   }
-  if (output) {
+  if (output?.type === 'classification') {
     shape.top_k = z
       .number()
       .int()
       .min(1)
       .max(100)
       .optional()
-      .describe(`how many labels to answer per image (default ${output.top_k})`);
+      .describe(`how many labels to answer per item (default ${output.top_k})`);
     shape.threshold = z.number().min(0).max(1).optional().describe('leave out labels scoring under this');
   }
   shape.version = z.string().optional().describe('model version; the default version when omitted');
-  const answers = output
-    ? `Answers the top ${output.top_k} labels per image with their probability`
-    : 'Answers the model outputs';
+  const answers =
+    output?.type === 'classification'
+      ? `Answers the top ${output.top_k} labels per item with their probability`
+      : output?.type === 'embedding'
+        ? `Answers a tensor:// handle of one ${output.normalize ? 'unit-length ' : ''}vector per item (pass it to a later call or read it as a resource)`
+        : 'Answers the model outputs';
   definition = {
     title: processing.tool.title ?? `${config.name} (model)`,
     description:
       processing.tool.description ??
-      `${config.description.trim()} Takes ${takes.join(', ')}: ${IMAGE_INPUT_FORMS}. ${answers}, and the time of each stage.`,
+      `${config.description.trim()} Takes ${takes.join('; ')}. ${answers}, and the time of each stage.`,
     inputSchema: z.object(shape),
-    outputSchema: output ? ClassificationOut : InferOut,
+    outputSchema:
+      output?.type === 'classification'
+        ? ClassificationOut
+        : output?.type === 'embedding'
+          ? EmbeddingAnswerOut
+          : InferOut,
     annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
   };
   definitions.set(config, definition);
   return definition;
 }
 
-function classificationResult(result: InferenceResult): CallToolResult {
-  const predictions = result.predictions ?? [];
+/** A processed input's argument: one item or a list of them, described for the agent. */
+function inputSchema(input: ProcessedInputConfig): z.ZodType {
+  const one = z.string();
+  const many = z.array(z.string()).min(1);
+  switch (input.type) {
+    case 'image':
+      return z
+        .union([one, many])
+        .describe(
+          `${input.description ?? 'the image'}: an absolute path or file:// URL of a ${input.formats.map((f) => f.toUpperCase()).join(', ')} file, a data: URI, or base64 of the file; a list for several images`,
+        );
+    case 'audio':
+      return z
+        .union([one, many])
+        .describe(
+          `${input.description ?? 'the recording'}: an absolute path or file:// URL of a WAV file, a data: URI, or base64 of the file; a list for several recordings`,
+        );
+    case 'text':
+      return z
+        .union([one, many])
+        .describe(
+          `${input.description ?? 'the text'}: a string, or a list of strings for several texts (up to ${input.max_length} tokens each${input.truncation === 'truncate' ? '; longer texts are cut' : ''})`,
+        );
+  }
+}
+
+/** The answer of a model's tool: labels or an embedding's handle first, then the stages' times. */
+function answerResult(result: InferenceResult): CallToolResult {
+  const { predictions, embedding } = result;
+  const lines = [
+    ...(predictions ? predictionLines(predictions) : []),
+    ...(embedding ? [embeddingLine(embedding)] : []),
+    timingsLine(result.timings),
+  ];
   return {
-    content: [{ type: 'text', text: [...predictionLines(predictions), timingsLine(result.timings)].join('\n') }],
+    content: [
+      { type: 'text', text: lines.join('\n') },
+      ...(embedding
+        ? [
+            {
+              type: 'resource_link' as const,
+              uri: embedding.uri,
+              name: `${result.model}-${embedding.output}.npy`,
+              mimeType: 'application/x-npy',
+              description: `${embedding.items} x ${embedding.dims} embedding of request ${result.request_id}`,
+            },
+          ]
+        : []),
+    ],
     structuredContent: {
       request_id: result.request_id,
       model: result.model,
       version: result.version,
-      predictions,
+      ...(predictions ? { predictions } : {}),
+      ...(embedding ? { embedding } : {}),
       batch_size: result.batch_size,
       timings: result.timings,
     },
@@ -117,7 +185,7 @@ export function registerModelTools(server: McpServer, gateway: Gateway, { live }
           { model, ...(typeof version === 'string' ? { version } : {}), inputs, parameters },
           { signal: signal ? requestSignal(signal) : undefined, adapter: 'mcp' },
         );
-        return config.processing?.output ? classificationResult(result) : inferResult(result);
+        return config.processing?.output ? answerResult(result) : inferResult(result);
       } catch (err) {
         return errorResult(err);
       }

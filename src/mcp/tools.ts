@@ -2,6 +2,7 @@ import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway, InferenceResult, ModelSummaryInfo } from '../gateway.js';
 import { describePredictions, type Prediction } from '../requests/classify.js';
+import type { EmbeddingAnswer } from '../requests/embed.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
@@ -92,7 +93,23 @@ export const TimingsOut = z.object({
 
 export const PredictionsOut = z
   .array(z.array(z.object({ label: z.string(), score: z.number(), index: z.number().int() })))
-  .describe('per image, its top labels, best first, with their probability');
+  .describe('per item (image, text, recording), its top labels, best first, with their probability');
+
+export const EmbeddingOut = z
+  .object({
+    output: z.string(),
+    uri: z.string().describe('tensor:// handle of the [items, dims] vectors: read it as a resource or pass it on'),
+    items: z.number().int(),
+    dims: z.number().int(),
+    normalized: z.boolean().describe('scaled to unit length (L2): cosine similarity is their dot product'),
+    norms: z.array(z.number()).describe("each item's vector length before normalising"),
+  })
+  .describe('what the vectors behind the handle are');
+
+/** "embedding: 3 vectors of 64 dims (unit length) at tensor://…": an embedding answer in a line. */
+export function embeddingLine(e: EmbeddingAnswer): string {
+  return `embedding: ${e.items} vector${e.items === 1 ? '' : 's'} of ${e.dims} dims${e.normalized ? ' (unit length)' : ''} at ${e.uri}; norms ${e.norms.join(', ')}`;
+}
 
 export const InferOut = z.object({
   request_id: z.string(),
@@ -110,6 +127,7 @@ export const InferOut = z.object({
     }),
   ),
   predictions: PredictionsOut.optional(),
+  embedding: EmbeddingOut.optional(),
   timings: TimingsOut,
   notes: z.array(z.string()),
 });
@@ -195,11 +213,9 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
           ?.engine_choice?.map((c) => ` ${c.precision} → ${c.variant ?? 'none'} (${c.why}).`)
           .join('');
         const takes = config.processing
-          ? ` Takes image files (${Object.keys(config.processing.inputs)
-              .map((n) => `"${n}"`)
-              .join(
-                ', ',
-              )}: a path, data: URI or base64) through its own tool "${config.processing.tool.name ?? model}" or infer.`
+          ? ` Takes ${Object.entries(config.processing.inputs)
+              .map(([n, input]) => `"${n}" (${input.type === 'text' ? 'text' : `${input.type} files`})`)
+              .join(', ')} through its own tool "${config.processing.tool.name ?? model}" or infer.`
           : '';
         const text = `${model}: ${config.description}${takes} Inputs: ${io(config.inputs)}. Outputs: ${io(config.outputs)}.${where}${choice ? ` Variants:${choice}` : ''}`;
         return jsonResult(text, structured);
@@ -296,14 +312,15 @@ export function timingsLine(t: InferenceResult['timings']): string {
   return `timings ms: total ${t.total_ms} = ${stages.join(' + ')}`;
 }
 
-/** One line per image: "image 0: 7 (0.98), 1 (0.01)" (no index for a single image). */
+/** One line per item: "item 0: 7 (0.98), 1 (0.01)" (no index for a single item). */
 export function predictionLines(predictions: Prediction[][]): string[] {
-  return predictions.map((p, i) => `${predictions.length > 1 ? `image ${i}: ` : ''}${describePredictions(p)}`);
+  return predictions.map((p, i) => `${predictions.length > 1 ? `item ${i}: ` : ''}${describePredictions(p)}`);
 }
 
 export function inferResult(result: InferenceResult): CallToolResult {
   const lines = [
     ...(result.predictions ? predictionLines(result.predictions) : []),
+    ...(result.embedding ? [embeddingLine(result.embedding)] : []),
     `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,
     timingsLine(result.timings),
     ...result.notes,
@@ -327,6 +344,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
       batch_size: result.batch_size,
       outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
       ...(result.predictions ? { predictions: result.predictions } : {}),
+      ...(result.embedding ? { embedding: result.embedding } : {}),
       timings: result.timings,
       notes: result.notes,
     },

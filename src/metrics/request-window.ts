@@ -26,7 +26,7 @@ export type ReportedStageTimes = Omit<StageTimes, 'preprocess_ms' | 'postprocess
   Partial<Pick<StageTimes, 'preprocess_ms' | 'postprocess_ms'>>;
 const TOTAL = STAGES.indexOf('total');
 
-const FORMS: readonly InputForm[] = ['array', 'b64', 'path', 'handle', 'binary'];
+const FORMS: readonly InputForm[] = ['array', 'b64', 'path', 'handle', 'binary', 'text'];
 /** Requests kept per model version: minutes of traffic at moderate rates, ~200 KB each. */
 export const DEFAULT_CAPACITY = 4096;
 

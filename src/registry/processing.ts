@@ -2,9 +2,9 @@ import { z } from 'zod';
 import type { TensorSpec } from './model-config.js';
 
 /**
- * A model's `processing` section: what an agent passes instead of tensors (image files for now),
- * how the worker turns it into the model's input tensors, and how the model's outputs are turned
- * into an answer (top-k labels). docs/processing.md is the prose form of this schema; the worker's
+ * A model's `processing` section: what an agent passes instead of tensors (image files, text,
+ * WAV recordings), how the worker turns it into the model's input tensors, and how the model's
+ * outputs are turned into an answer (top-k labels). docs/processing.md is the prose form of this schema; the worker's
  * side is python/tensorgate/_processing.py.
  */
 
@@ -57,6 +57,60 @@ export const ImageInputSchema = z
   .strict();
 export type ImageInputConfig = z.infer<typeof ImageInputSchema>;
 
+/** Text tokenized by a Hugging Face `tokenizer.json` into the model's token ids and mask. */
+export const TextInputSchema = z
+  .object({
+    type: z.literal('text'),
+    description: z.string().optional(),
+    /** The tokenizer's file, relative to the version folder (Hugging Face `tokenizers` format). */
+    tokenizer: z
+      .string()
+      .refine((f) => !f.startsWith('/') && !f.split(/[\\/]/).includes('..'), {
+        message: 'the tokenizer is a file in the version folder, such as "tokenizer.json"',
+      })
+      .default('tokenizer.json'),
+    /** Tokens per text, special tokens included. */
+    max_length: z.number().int().min(1).max(65_536).default(512),
+    /** Texts longer than max_length are cut to it (truncate) or refused with TEXT_TOO_LONG (refuse). */
+    truncation: z.enum(['truncate', 'refuse']).default('truncate'),
+    /** Pad each batch to its longest text, or every text to max_length (for fixed-shape models). */
+    padding: z.enum(['longest', 'max_length']).default('longest'),
+    /**
+     * Which model inputs take the token ids, the attention mask and the token type ids. Absent:
+     * "input_ids", and "attention_mask" and "token_type_ids" where the model has inputs so named.
+     */
+    tensors: z
+      .object({
+        input_ids: z.string().default('input_ids'),
+        attention_mask: z.string().optional(),
+        token_type_ids: z.string().optional(),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict();
+export type TextInputConfig = z.infer<typeof TextInputSchema>;
+
+/** A WAV recording, mixed to mono, resampled and padded or trimmed to the model's length. */
+export const AudioInputSchema = z
+  .object({
+    type: z.literal('audio'),
+    /** The model input it becomes; the processed input's own name when absent. */
+    tensor: z.string().optional(),
+    description: z.string().optional(),
+    /** Samples per second the model takes; recordings at other rates are resampled to it. */
+    sample_rate: z.number().int().min(1000).max(768_000),
+    /** Samples per item: longer recordings are trimmed, shorter ones padded with silence. Absent: each batch is padded to its longest. */
+    length: z.number().int().min(1).optional(),
+    /** Recordings longer than this are refused (AUDIO_TOO_LONG) before they are resampled. */
+    max_seconds: z.number().positive().default(600),
+  })
+  .strict();
+export type AudioInputConfig = z.infer<typeof AudioInputSchema>;
+
+export const ProcessedInputSchema = z.discriminatedUnion('type', [ImageInputSchema, TextInputSchema, AudioInputSchema]);
+export type ProcessedInputConfig = z.infer<typeof ProcessedInputSchema>;
+
 export const ClassificationOutputSchema = z
   .object({
     type: z.literal('classification'),
@@ -70,6 +124,21 @@ export const ClassificationOutputSchema = z
   })
   .strict();
 export type ClassificationOutputConfig = z.infer<typeof ClassificationOutputSchema>;
+
+/** One vector per item (a sentence, an image): kept behind a tensor:// handle, summarised. */
+export const EmbeddingOutputSchema = z
+  .object({
+    type: z.literal('embedding'),
+    /** The model output holding one vector per item; the only output when absent. */
+    tensor: z.string().optional(),
+    /** Scale each vector to unit length (L2), so that cosine similarity is a dot product. */
+    normalize: z.boolean().default(false),
+  })
+  .strict();
+export type EmbeddingOutputConfig = z.infer<typeof EmbeddingOutputSchema>;
+
+export const ProcessedOutputSchema = z.discriminatedUnion('type', [ClassificationOutputSchema, EmbeddingOutputSchema]);
+export type ProcessedOutputConfig = z.infer<typeof ProcessedOutputSchema>;
 
 /** The model's own MCP tool (docs/processing.md#the-models-tool). */
 export const ModelToolSchema = z
@@ -91,9 +160,9 @@ export const ProcessingSchema = z
     tool: ModelToolSchema.default({}),
     inputs: z.record(
       z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'processed input names are identifiers such as "image"'),
-      ImageInputSchema,
+      ProcessedInputSchema,
     ),
-    output: ClassificationOutputSchema.optional(),
+    output: ProcessedOutputSchema.optional(),
   })
   .strict();
 export type ProcessingConfig = z.infer<typeof ProcessingSchema>;
@@ -115,24 +184,30 @@ export function processingIssues(
   if (engine !== 'torch')
     issues.push({ path: at(), message: `processing runs in the torch worker; engine "${engine}" has none` });
   const made = new Map<string, string>();
-  for (const [name, image] of Object.entries(processing.inputs)) {
-    const tensor = image.tensor ?? name;
-    const spec = inputs.find((s) => s.name === tensor);
-    if (!spec) {
-      issues.push({
-        path: at('inputs', name, 'tensor'),
-        message: `no model input "${tensor}"; the model takes ${inputs.map((s) => `"${s.name}"`).join(', ')}`,
-      });
-      continue;
+  for (const [name, input] of Object.entries(processing.inputs)) {
+    const specs: TensorSpec[] = [];
+    for (const [role, tensor] of processedTensors(name, input, inputs)) {
+      const spec = inputs.find((s) => s.name === tensor);
+      const field = input.type === 'text' ? ['tensors', role] : ['tensor'];
+      if (!spec) {
+        issues.push({
+          path: at('inputs', name, ...field),
+          message: `no model input "${tensor}"; the model takes ${inputs.map((s) => `"${s.name}"`).join(', ')}`,
+        });
+        continue;
+      }
+      const other = made.get(tensor);
+      if (other !== undefined)
+        issues.push({
+          path: at('inputs', name, ...field),
+          message: `model input "${tensor}" is already made by "${other}"`,
+        });
+      made.set(tensor, name);
+      specs.push(spec);
     }
-    const other = made.get(tensor);
-    if (other !== undefined)
-      issues.push({
-        path: at('inputs', name, 'tensor'),
-        message: `model input "${tensor}" is already made by "${other}"`,
-      });
-    made.set(tensor, name);
-    issues.push(...imageIssues(name, image, spec));
+    if (input.type === 'image' && specs[0]) issues.push(...imageIssues(name, input, specs[0]));
+    if (input.type === 'text') issues.push(...textIssues(name, input, specs));
+    if (input.type === 'audio' && specs[0]) issues.push(...audioIssues(name, input, specs[0]));
   }
   for (const spec of inputs)
     if (!made.has(spec.name))
@@ -149,13 +224,21 @@ export function processingIssues(
         path: at('output', 'tensor'),
         message:
           output.tensor === undefined
-            ? 'the model has several outputs: name the one holding the class scores in "tensor"'
+            ? `the model has several outputs: name the one holding the ${output.type === 'embedding' ? 'vectors' : 'class scores'} in "tensor"`
             : `no model output "${output.tensor}"`,
       });
     else if (spec.shape.length !== 2)
       issues.push({
         path: at('output', 'tensor'),
-        message: `classification reads [batch, classes] scores; "${spec.name}" has shape [${spec.shape.join(', ')}]`,
+        message:
+          output.type === 'embedding'
+            ? `an embedding is [batch, dims]; "${spec.name}" has shape [${spec.shape.join(', ')}]`
+            : `classification reads [batch, classes] scores; "${spec.name}" has shape [${spec.shape.join(', ')}]`,
+      });
+    else if (output.type === 'embedding' && !['float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype))
+      issues.push({
+        path: at('output', 'tensor'),
+        message: `an embedding is a floating-point output; "${spec.name}" is ${spec.dtype}`,
       });
   }
   return issues;
@@ -204,7 +287,80 @@ function imageIssues(name: string, image: ImageInputConfig, spec: TensorSpec): I
   return issues;
 }
 
-/** Model input names that processing makes, by the processed input making each. */
-export function processedTensor(name: string, image: ImageInputConfig): string {
-  return image.tensor ?? name;
+function textIssues(name: string, text: TextInputConfig, specs: TensorSpec[]): Issue[] {
+  const issues: Issue[] = [];
+  for (const spec of specs) {
+    if (!['int64', 'int32'].includes(spec.dtype))
+      issues.push({
+        path: ['processing', 'inputs', name, 'tensors'],
+        message: `token ids and masks are int64 or int32 tensors; model input "${spec.name}" is ${spec.dtype}`,
+      });
+    const length = spec.shape[1];
+    if (spec.shape.length !== 2 || spec.shape[0] !== -1)
+      issues.push({
+        path: ['processing', 'inputs', name, 'tensors'],
+        message: `texts become [batch, tokens] tensors; model input "${spec.name}" is [${spec.shape.join(', ')}]`,
+      });
+    else if (length !== -1 && (text.padding !== 'max_length' || text.max_length !== length))
+      issues.push({
+        path: ['processing', 'inputs', name],
+        message: `model input "${spec.name}" takes exactly ${length} tokens: set "padding": "max_length" and "max_length": ${length}`,
+      });
+  }
+  return issues;
+}
+
+function audioIssues(name: string, audio: AudioInputConfig, spec: TensorSpec): Issue[] {
+  const at = ['processing', 'inputs', name];
+  if (!['float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype))
+    return [{ path: at, message: `recordings become floating-point samples, not ${spec.dtype}` }];
+  const mono = spec.shape.length === 2 || (spec.shape.length === 3 && spec.shape[1] === 1);
+  if (!mono || spec.shape[0] !== -1)
+    return [
+      {
+        path: at,
+        message: `recordings become [batch, samples] (or [batch, 1, samples]) mono tensors; model input "${spec.name}" is [${spec.shape.join(', ')}]`,
+      },
+    ];
+  const samples = spec.shape[spec.shape.length - 1] ?? -1;
+  if (samples !== -1 && audio.length !== samples)
+    return [
+      {
+        path: [...at, 'length'],
+        message: `model input "${spec.name}" takes ${samples} samples: set "length": ${samples}`,
+      },
+    ];
+  return [];
+}
+
+/** The model inputs a processed input makes: [role, model input name] (a text makes several). */
+export function processedTensors(name: string, input: ProcessedInputConfig, inputs: TensorSpec[]): [string, string][] {
+  if (input.type !== 'text') return [['tensor', input.tensor ?? name]];
+  return Object.entries(textTensors(input, inputs)).filter(
+    (entry): entry is [string, string] => entry[1] !== undefined,
+  );
+}
+
+/** A text input's `tensors`, with the defaults that depend on the model's inputs filled in. */
+export function textTensors(text: TextInputConfig, inputs: TensorSpec[]): NonNullable<TextInputConfig['tensors']> {
+  if (text.tensors) return text.tensors;
+  const has = (name: string) => inputs.some((s) => s.name === name);
+  return {
+    input_ids: 'input_ids',
+    ...(has('attention_mask') ? { attention_mask: 'attention_mask' } : {}),
+    ...(has('token_type_ids') ? { token_type_ids: 'token_type_ids' } : {}),
+  };
+}
+
+/**
+ * The processed inputs as the worker takes them: what the gateway defaulted from the model's
+ * inputs (a text's tensors) written out, so the worker needs no rule of its own.
+ */
+export function workerProcessing(processing: ProcessingConfig, inputs: TensorSpec[]): ProcessingConfig['inputs'] {
+  return Object.fromEntries(
+    Object.entries(processing.inputs).map(([name, input]) => [
+      name,
+      input.type === 'text' ? { ...input, tensors: textTensors(input, inputs) } : input,
+    ]),
+  );
 }

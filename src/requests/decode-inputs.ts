@@ -21,7 +21,8 @@ import { TENSOR_INPUT_FORMS } from './inference-request.js';
  * Every failure names the input, says what was expected, and says how to fix the call.
  */
 
-export type InputForm = 'array' | 'b64' | 'path' | 'handle' | 'binary';
+/** How an input arrived; `text`: a string for a model's text processing. */
+export type InputForm = 'array' | 'b64' | 'path' | 'handle' | 'binary' | 'text';
 
 export interface DecodedInput extends NamedInput {
   form: InputForm;

@@ -1,5 +1,6 @@
 import { tgError } from '../errors.js';
 import { type ModelConfig, PRECISIONS, type Precision } from '../registry/model-config.js';
+import type { ClassificationOutputConfig } from '../registry/processing.js';
 
 /** Request parameters, checked against what the model offers. Unknown names are errors, not ignored. */
 
@@ -48,7 +49,7 @@ export function parseParameters(raw: Record<string, unknown> | undefined, config
   return {
     precision: precision as Precision,
     // A classification answer lists as many labels as its config says, unless the call says.
-    top_k: topK(params.top_k ?? config.processing?.output?.top_k),
+    top_k: topK(params.top_k ?? classificationOf(config)?.top_k),
     threshold: threshold(params.threshold),
     timeout_ms: timeoutMs(params.timeout_ms),
     engine: engine as Engine | undefined,
@@ -78,4 +79,10 @@ export function timeoutMs(raw: unknown): number | undefined {
     });
   }
   return raw;
+}
+
+/** The model's classification output, when its processing answers labels. */
+function classificationOf(config: ModelConfig): ClassificationOutputConfig | undefined {
+  const output = config.processing?.output;
+  return output?.type === 'classification' ? output : undefined;
 }

@@ -59,10 +59,15 @@ const PER_REQUEST_ERRORS = new Set([
   'BAD_TENSOR',
   'FILE_NOT_FOUND',
   'REMOTE_ERROR',
-  // An image the worker could not decode: the rest of its batch is served without it.
+  // An item the worker could not decode: the rest of its batch is served without it.
   'BAD_IMAGE',
   'IMAGE_TOO_LARGE',
   'IMAGE_FORMAT_NOT_SUPPORTED',
+  'BAD_TEXT',
+  'TEXT_TOO_LONG',
+  'BAD_AUDIO',
+  'AUDIO_FORMAT_NOT_SUPPORTED',
+  'AUDIO_TOO_LONG',
 ]);
 /** Failed restarts after a crash before the pool fails, when no other instance serves. */
 const MAX_RESTART_FAILURES = 3;

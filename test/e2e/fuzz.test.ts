@@ -6,13 +6,14 @@ import { after, before, describe, it } from 'node:test';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { ERROR_CODES } from '../../src/errors.js';
 import { seededRandom } from '../../src/tensor/seeded-random.js';
-import { ensureDigitsModels, PYTHON } from '../helpers/models.js';
+import { ensureDigitsModels, ensureTextAudioModels, PYTHON } from '../helpers/models.js';
 import { type Served, serveOne } from '../helpers/serve.js';
 
 /**
  * Bounded fuzzing of everything that parses a caller's tensors, on the real server: OIP v2 JSON
  * and binary bodies and shared-memory requests over real HTTP, and MCP `infer` inputs over the
- * official client, and image files for a model with processing (the digits demo's own tool).
+ * official client, and image files, WAV recordings and texts for models with processing (the
+ * digits, dtmf and intents demos' own tools).
  * Every malformed input must get a clear client error (4xx, or an MCP error
  * result with a known code that is not INTERNAL), the server must keep serving, and its memory
  * must stay bounded. Seeded: a failure names the case that caused it and repeats.
@@ -157,7 +158,10 @@ async function outcome(client: Client, name: string, args: Record<string, unknow
   try {
     const result = await client.callTool({ name, arguments: args });
     const text = (result.content as { text?: string }[])[0]?.text ?? '';
-    return result.isError ? (/^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`) : 'ok';
+    if (!result.isError) return 'ok';
+    // The SDK answers arguments that break the tool's input schema with an error result.
+    if (text.startsWith('Input validation error')) return 'SCHEMA';
+    return /^([A-Z_]+):/.exec(text)?.[1] ?? `unparsed: ${text.slice(0, 200)}`;
   } catch (err) {
     // The SDK refuses arguments that break the tool's input schema before calling it.
     return /Input validation error|-32602|Invalid/.test(String(err)) ? 'SCHEMA' : `threw: ${String(err).slice(0, 200)}`;
@@ -176,8 +180,21 @@ const IMAGE_CODES = new Set([
   'FILE_NOT_FOUND',
 ]);
 
-/** One mangled image file: real files of each format with bytes flipped, cut or spliced. */
-function imageCase(r: () => number, pick: Pick, seeds: Buffer[]): Buffer {
+/** What a model with processing may answer for a mangled recording or text. */
+const AUDIO_CODES = new Set([
+  'ok',
+  'SCHEMA',
+  'BAD_AUDIO',
+  'AUDIO_FORMAT_NOT_SUPPORTED',
+  'AUDIO_TOO_LONG',
+  'INPUT_TOO_LARGE',
+  'PATH_NOT_ALLOWED',
+  'FILE_NOT_FOUND',
+]);
+const TEXT_CODES = new Set(['ok', 'SCHEMA', 'BAD_TEXT', 'TEXT_TOO_LONG']);
+
+/** One mangled file: real files of each format with bytes flipped, cut or spliced. */
+function fileCase(r: () => number, pick: Pick, seeds: Buffer[]): Buffer {
   const seed = pick(seeds);
   const bytes = Buffer.from(seed);
   switch (Math.floor(r() * 7)) {
@@ -192,13 +209,13 @@ function imageCase(r: () => number, pick: Pick, seeds: Buffer[]): Buffer {
       return bytes;
     case 3: // one format's magic, then random bytes
       return Buffer.concat([
-        pick([seeds[0], seeds[1], seeds[2], seeds[3], seeds[4]] as Buffer[]).subarray(0, 12),
+        pick(seeds).subarray(0, 12),
         Buffer.from(Array.from({ length: Math.floor(r() * 300) }, () => Math.floor(r() * 256))),
       ]);
     case 4: // two files glued together
       return Buffer.concat([bytes, pick(seeds)]);
     case 5: // nothing, or text
-      return pick([Buffer.alloc(0), Buffer.from('not an image'), Buffer.from('<svg></svg>'), Buffer.from('%PDF-1.7')]);
+      return pick([Buffer.alloc(0), Buffer.from('not a file'), Buffer.from('<svg></svg>'), Buffer.from('%PDF-1.7')]);
     default:
       return bytes;
   }
@@ -209,7 +226,11 @@ describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
 
   before(async () => {
     served = await serveOne('adder', {
-      prepare: (models) => cpSync(join(ensureDigitsModels(), 'digits'), join(models, 'digits'), { recursive: true }),
+      prepare: (models) => {
+        cpSync(join(ensureDigitsModels(), 'digits'), join(models, 'digits'), { recursive: true });
+        for (const model of ['dtmf', 'intents'])
+          cpSync(join(ensureTextAudioModels(), model), join(models, model), { recursive: true });
+      },
     });
   });
 
@@ -332,7 +353,7 @@ describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
     await client.connect(new StreamableHTTPClientTransport(new URL(served.url)));
     const codes = new Map<string, number>();
     for (let i = 0; i < CASES_PER_SURFACE / 2; i++) {
-      const bytes = imageCase(r, pick, seeds);
+      const bytes = fileCase(r, pick, seeds);
       const file = join(dir, `case-${i}.${pick(['png', 'jpg', 'gif', 'bin'])}`);
       writeFileSync(file, bytes);
       const form = Math.floor(r() * 3);
@@ -347,5 +368,92 @@ describe('fuzzing the parsers (bounded)', { timeout: 600_000 }, () => {
     await client.close();
     assert.doesNotMatch(served.stderr(), /crashed/, 'the worker never crashed');
     process.stderr.write(`image fuzz codes: ${JSON.stringify(Object.fromEntries(codes))}\n`);
+  });
+  it(`answers ${CASES_PER_SURFACE / 2} mangled WAV files with audio errors and keeps serving`, async () => {
+    const r = rng(19);
+    const pick: Pick = (xs) => xs[Math.floor(r() * xs.length)] as (typeof xs)[number];
+    const dir = join(served.work, 'fuzz-audio');
+    mkdirSync(dir);
+    const examples = join(ensureTextAudioModels(), 'dtmf', 'examples');
+    const wavs = Object.keys(JSON.parse(readFileSync(join(examples, 'labels.json'), 'utf8')));
+    const good = join(dir, 'good.wav'); // under the server's allowed root
+    cpSync(join(examples, wavs[0] as string), good);
+    // Recordings at several rates, widths and channel counts: every header field gets mangled.
+    const seeds = wavs.slice(0, 6).map((name) => readFileSync(join(examples, name)));
+    const client = new Client({ name: 'fuzz-audio', version: '0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(served.url)));
+    const codes = new Map<string, number>();
+    for (let i = 0; i < CASES_PER_SURFACE / 2; i++) {
+      const bytes = fileCase(r, pick, seeds);
+      const file = join(dir, `case-${i}.wav`);
+      writeFileSync(file, bytes);
+      const audio = r() < 0.5 ? file : `data:audio/wav;base64,${bytes.toString('base64')}`;
+      const code = await outcome(client, 'dtmf', { audio: r() < 0.1 ? [audio, good] : audio });
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+      assert.ok(AUDIO_CODES.has(code), `case ${i} (${bytes.length} bytes): ${code}`);
+    }
+    const ok = await client.callTool({ name: 'dtmf', arguments: { audio: good } });
+    assert.equal(ok.isError, undefined, 'a good recording after the fuzz is still read');
+    await client.close();
+    assert.doesNotMatch(served.stderr(), /crashed/, 'the worker never crashed');
+    process.stderr.write(`audio fuzz codes: ${JSON.stringify(Object.fromEntries(codes))}\n`);
+  });
+
+  it(`answers ${CASES_PER_SURFACE / 4} odd texts over MCP and OIP v2 BYTES and keeps serving`, async () => {
+    const r = rng(23);
+    const pick: Pick = (xs) => xs[Math.floor(r() * xs.length)] as (typeof xs)[number];
+    const client = new Client({ name: 'fuzz-text', version: '0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(served.url)));
+    const odd = () =>
+      pick<unknown>([
+        '',
+        ' ',
+        'x'.repeat(Math.floor(r() * 20_000)),
+        '\u0000\u0001 control',
+        '\ud800 lone surrogate',
+        '🙂'.repeat(50),
+        'مرحبا שלום 你好',
+        7,
+        null,
+        ['a', 'b'],
+        [['nested']],
+        [],
+        { text: 'x' },
+        String.fromCharCode(...Array.from({ length: 64 }, () => Math.floor(r() * 0xffff))),
+      ]);
+    const codes = new Map<string, number>();
+    for (let i = 0; i < CASES_PER_SURFACE / 4; i++) {
+      const text = odd();
+      // Through the model's tool (its schema refuses non-strings) and the generic infer (any JSON).
+      const code =
+        r() < 0.5
+          ? await outcome(client, 'intents', { text })
+          : await outcome(client, 'infer', { model: 'intents', inputs: { text } });
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+      assert.ok(TEXT_CODES.has(code), `case ${i} ${JSON.stringify(text)?.slice(0, 100)}: ${code}`);
+      // The same as OIP v2 binary BYTES: random bytes, often not UTF-8, and lying length prefixes.
+      const items = Array.from({ length: 1 + Math.floor(r() * 3) }, () =>
+        Buffer.from(Array.from({ length: Math.floor(r() * 40) }, () => Math.floor(r() * 256))),
+      );
+      let data = Buffer.concat(items.flatMap((b) => [Buffer.from(new Uint32Array([b.length]).buffer), b]));
+      if (r() < 0.3) data = data.subarray(0, Math.floor(r() * data.length));
+      if (r() < 0.2) data.writeUInt32LE(Math.floor(r() * 2 ** 32), 0);
+      const header = JSON.stringify({
+        inputs: [
+          { name: 'text', shape: [items.length], datatype: 'BYTES', parameters: { binary_data_size: data.length } },
+        ],
+      });
+      const res = await fetch(`${served.base}/v2/models/intents/infer`, {
+        method: 'POST',
+        body: new Uint8Array(Buffer.concat([Buffer.from(header), data])),
+        headers: { 'inference-header-content-length': String(Buffer.byteLength(header)) },
+      });
+      const body = await res.text();
+      assert.ok(res.status === 200 || (res.status >= 400 && res.status < 500), `oip ${i}: ${res.status} ${body}`);
+    }
+    const ok = await client.callTool({ name: 'intents', arguments: { text: 'set an alarm for seven' } });
+    assert.equal(ok.isError, undefined, 'a good text after the fuzz is still told');
+    await client.close();
+    process.stderr.write(`text fuzz codes: ${JSON.stringify(Object.fromEntries(codes))}\n`);
   });
 });

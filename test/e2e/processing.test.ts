@@ -243,10 +243,7 @@ describe('image inputs through MCP (digits demo model)', () => {
       name: 'describe_model',
       arguments: { model: 'digits' },
     })) as ToolResult;
-    assert.match(
-      described.content[0]?.text ?? '',
-      /Takes image files \("image": a path, data: URI or base64\) through its own tool "digits"/,
-    );
+    assert.match(described.content[0]?.text ?? '', /Takes "image" \(image files\) through its own tool "digits"/);
     const processing = (described.structuredContent as { processing: { inputs: { image: { mode: string } } } })
       .processing;
     assert.equal(processing.inputs.image.mode, 'L');

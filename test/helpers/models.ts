@@ -22,7 +22,11 @@ export function ensureTestModels(): string {
     mkdirSync(TEST_MODELS, { recursive: true });
     execFileSync(
       PYTHON,
-      [join(ROOT, 'scripts/make_demo_models.py'), TEST_MODELS, '--skip', 'pipeline', '--skip', 'digits'],
+      [
+        join(ROOT, 'scripts/make_demo_models.py'),
+        TEST_MODELS,
+        ...['pipeline', 'digits', 'intents', 'dtmf'].flatMap((part) => ['--skip', part]),
+      ],
       {
         stdio: 'inherit',
       },
@@ -50,6 +54,21 @@ export function ensureDigitsModels(): string {
   if (!existsSync(join(dir, 'digits', 'examples', 'labels.json'))) {
     mkdirSync(dir, { recursive: true });
     execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), dir, '--only', 'digits'], { stdio: 'inherit' });
+  }
+  return dir;
+}
+
+/**
+ * The demo text and audio models (intents: sentences through a tokenizer; dtmf: WAV recordings of
+ * keypad tones) in a repository of their own, built once, like the digits model's.
+ */
+export function ensureTextAudioModels(): string {
+  const dir = `${TEST_MODELS}-text-audio`;
+  if (!existsSync(join(dir, 'dtmf', 'examples', 'labels.json')) || !existsSync(join(dir, 'intents', 'examples.json'))) {
+    mkdirSync(dir, { recursive: true });
+    execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), dir, '--only', 'intents', '--only', 'dtmf'], {
+      stdio: 'inherit',
+    });
   }
   return dir;
 }

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { tgError } from '../../errors.js';
 import { type ModelConfig, PRECISIONS } from '../../registry/model-config.js';
-import type { ProcessingConfig } from '../../registry/processing.js';
+import { type ProcessingConfig, workerProcessing } from '../../registry/processing.js';
 import { versionDir, versionFile } from '../../registry/repository.js';
 import { DTYPES } from '../../tensor/dtype.js';
 
@@ -142,6 +142,6 @@ export function loadRequestModel(config: ModelConfig, version: string, dir: stri
     max_batch_size: config.batching?.max_batch_size ?? 1,
     preferred_batch_sizes: config.batching?.preferred_batch_sizes ?? [],
     ...(v.entry ? { entry: v.entry } : {}),
-    ...(config.processing ? { processing: { inputs: config.processing.inputs } } : {}),
+    ...(config.processing ? { processing: { inputs: workerProcessing(config.processing, config.inputs) } } : {}),
   };
 }

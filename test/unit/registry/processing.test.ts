@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseModelConfig } from '../../../src/registry/model-config.js';
+import { type ProcessingConfig, workerProcessing } from '../../../src/registry/processing.js';
 
 /** The processing section is checked against the rest of the config, with errors naming the field. */
 
@@ -35,13 +36,16 @@ test('a torchvision-style image pipeline is accepted, with its defaults filled i
     'c',
   );
   const image = cfg.processing?.inputs.image;
-  assert.equal(image?.mode, 'RGB');
-  assert.equal(image?.layout, 'CHW');
-  assert.equal(image?.max_pixels, 50_000_000);
-  assert.deepEqual(image?.formats, ['png', 'jpeg', 'webp', 'gif', 'bmp']);
-  assert.equal(image?.resize?.interpolation, 'bilinear');
-  assert.equal(cfg.processing?.output?.activation, 'softmax');
-  assert.equal(cfg.processing?.output?.top_k, 5);
+  assert.equal(image?.type, 'image');
+  if (image?.type !== 'image') return;
+  assert.equal(image.mode, 'RGB');
+  assert.equal(image.layout, 'CHW');
+  assert.equal(image.max_pixels, 50_000_000);
+  assert.deepEqual(image.formats, ['png', 'jpeg', 'webp', 'gif', 'bmp']);
+  assert.equal(image.resize?.interpolation, 'bilinear');
+  const output = cfg.processing?.output;
+  assert.equal(output?.type === 'classification' && output.activation, 'softmax');
+  assert.equal(output?.type === 'classification' && output.top_k, 5);
 });
 
 test('processed images must become the model input they name, at its size and channels', () => {
@@ -104,5 +108,99 @@ test('a classification output names a [batch, classes] output', () => {
   assert.match(
     issues({ inputs: { image: imagenet }, output: { type: 'classification', top_k: 0 } }),
     /processing\.output\.top_k/,
+  );
+});
+
+const textModel = {
+  ...base,
+  inputs: [
+    { name: 'input_ids', dtype: 'int64', shape: [-1, -1] },
+    { name: 'attention_mask', dtype: 'int64', shape: [-1, -1] },
+  ],
+};
+
+test('a text input makes the token ids and, where the model has one, the attention mask', () => {
+  const cfg = parseModelConfig({ ...textModel, processing: { inputs: { text: { type: 'text' } } } }, 'c');
+  const text = cfg.processing?.inputs.text;
+  assert.equal(text?.type, 'text');
+  if (text?.type !== 'text') return;
+  assert.equal(text.tokenizer, 'tokenizer.json');
+  assert.equal(text.max_length, 512);
+  assert.equal(text.truncation, 'truncate');
+  assert.equal(text.padding, 'longest');
+  assert.deepEqual(workerProcessing(cfg.processing as ProcessingConfig, cfg.inputs).text, {
+    ...text,
+    tensors: { input_ids: 'input_ids', attention_mask: 'attention_mask' },
+  });
+});
+
+test('text inputs are checked against the model inputs they make', () => {
+  assert.match(
+    issues(
+      { inputs: { text: { type: 'text' } } },
+      { inputs: [{ name: 'input_ids', dtype: 'float32', shape: [-1, -1] }] },
+    ),
+    /processing\.inputs\.text\.tensors: token ids and masks are int64 or int32 tensors; model input "input_ids" is float32/,
+  );
+  assert.match(
+    issues(
+      { inputs: { text: { type: 'text' } } },
+      { inputs: [{ name: 'input_ids', dtype: 'int64', shape: [-1, 32] }] },
+    ),
+    /model input "input_ids" takes exactly 32 tokens: set "padding": "max_length" and "max_length": 32/,
+  );
+  assert.match(
+    issues({ inputs: { text: { type: 'text', tensors: { input_ids: 'ids' } } } }, textModel),
+    /processing\.inputs\.text\.tensors\.input_ids: no model input "ids"/,
+  );
+  assert.match(
+    issues({ inputs: { text: { type: 'text', tokenizer: '../../etc/passwd' } } }, textModel),
+    /processing\.inputs\.text\.tokenizer: the tokenizer is a file in the version folder/,
+  );
+  assert.match(
+    issues({ inputs: { text: { type: 'text', tensors: { input_ids: 'input_ids' } } } }, textModel),
+    /model input "attention_mask" is made by no processed input/,
+  );
+});
+
+test('audio inputs are checked against the model input they make', () => {
+  const audio = { type: 'audio', tensor: 'wave', sample_rate: 16000 };
+  const wave = (shape: number[]) => ({ inputs: [{ name: 'wave', dtype: 'float32', shape }] });
+  assert.doesNotThrow(() =>
+    parseModelConfig(
+      { ...base, ...wave([-1, 1, 16000]), processing: { inputs: { a: { ...audio, length: 16000 } } } },
+      'c',
+    ),
+  );
+  assert.match(
+    issues({ inputs: { a: audio } }, wave([-1, 16000])),
+    /processing\.inputs\.a\.length: model input "wave" takes 16000 samples: set "length": 16000/,
+  );
+  assert.match(
+    issues({ inputs: { a: audio } }, wave([-1, 2, -1])),
+    /recordings become \[batch, samples\] \(or \[batch, 1, samples\]\) mono tensors/,
+  );
+  assert.match(issues({ inputs: { a: { type: 'audio', tensor: 'wave' } } }, wave([-1, -1])), /sample_rate/);
+});
+
+test('an embedding output names a floating-point [batch, dims] output', () => {
+  const cfg = parseModelConfig(
+    { ...base, processing: { inputs: { image: imagenet }, output: { type: 'embedding' } } },
+    'c',
+  );
+  assert.deepEqual(cfg.processing?.output, { type: 'embedding', normalize: false });
+  assert.match(
+    issues(
+      { inputs: { image: imagenet }, output: { type: 'embedding' } },
+      { outputs: [{ name: 'v', dtype: 'int64', shape: [-1, 64] }] },
+    ),
+    /processing\.output\.tensor: an embedding is a floating-point output; "v" is int64/,
+  );
+  assert.match(
+    issues(
+      { inputs: { image: imagenet }, output: { type: 'embedding' } },
+      { outputs: [{ name: 'v', dtype: 'float32', shape: [-1, 4, 64] }] },
+    ),
+    /an embedding is \[batch, dims\]; "v" has shape \[-1, 4, 64\]/,
   );
 });

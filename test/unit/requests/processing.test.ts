@@ -5,7 +5,13 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseModelConfig } from '../../../src/registry/model-config.js';
 import { classify } from '../../../src/requests/classify.js';
-import { decodeProcessedInputs, sniffImage } from '../../../src/requests/decode-images.js';
+import {
+  decodeProcessedInputs,
+  preparedProcessedInputs,
+  sniffAudio,
+  sniffImage,
+} from '../../../src/requests/decode-processed.js';
+import { embedRows } from '../../../src/requests/embed.js';
 import { joinRequests } from '../../../src/scheduler/batch.js';
 import { bytesSource, splitBytes } from '../../../src/tensor/bytes-tensor.js';
 import type { TensorSource } from '../../../src/tensor/source.js';
@@ -116,6 +122,99 @@ test('processed inputs are read from files, data: URIs and base64, and refused w
   assert.throws(() => decodeProcessedInputs(config, { image: png, extra: 1 }, ctx), { code: 'UNKNOWN_INPUT' });
 });
 
+test('audio containers are told by their bytes; only WAV is decoded', () => {
+  assert.equal(sniffAudio(Buffer.from('RIFF\0\0\0\0WAVEfmt ')), 'wav');
+  assert.equal(sniffAudio(Buffer.from('ID3\x04\0')), 'mp3');
+  assert.equal(sniffAudio(Buffer.from([0xff, 0xfb, 0x90, 0x64])), 'mp3');
+  assert.equal(sniffAudio(Buffer.from('fLaC\0')), 'flac');
+  assert.equal(sniffAudio(Buffer.from('OggS\0')), 'ogg');
+  assert.equal(sniffAudio(Buffer.from('RIFF\0\0\0\0WEBPVP8 ')), undefined);
+});
+
+function multiModal() {
+  return parseModelConfig(
+    {
+      name: 'multi',
+      inputs: [
+        { name: 'input_ids', dtype: 'int64', shape: [-1, -1] },
+        { name: 'attention_mask', dtype: 'int64', shape: [-1, -1] },
+        { name: 'waveform', dtype: 'float32', shape: [-1, 4000] },
+      ],
+      outputs: [{ name: 'logits', dtype: 'float32', shape: [-1, 3] }],
+      versions: { '1': { format: 'export', file: 'm.pt2' } },
+      processing: {
+        inputs: {
+          text: { type: 'text' },
+          audio: { type: 'audio', tensor: 'waveform', sample_rate: 8000, length: 4000 },
+        },
+      },
+    },
+    'test',
+  );
+}
+
+test('texts travel as their UTF-8 and recordings as WAV files, each refused with its own codes', () => {
+  const root = mkdtempSync(join(tmpdir(), 'tg-audio-'));
+  const wav = join(root, 'tone.wav');
+  const WAV_HEAD = Buffer.concat([Buffer.from('RIFF\0\0\0\0WAVEfmt '), Buffer.alloc(40)]);
+  writeFileSync(wav, WAV_HEAD);
+  const mp3 = join(root, 'song.mp3');
+  writeFileSync(mp3, Buffer.from('ID3\x04\0\0\0\0\0\0'));
+  const ctx = {
+    config: { allowedRoots: [root], maxArrayElements: 10, maxInputBytes: 1000 },
+    store: new TensorStore(1024, 1000),
+  };
+  const config = multiModal();
+  const decoded = decodeProcessedInputs(config, { text: ['héllo', ''], audio: wav }, ctx);
+  const text = decoded.find((d) => d.name === 'text');
+  assert.equal(text?.form, 'text');
+  assert.deepEqual(
+    splitBytes(filled(text?.tensor as TensorSource)).map((b) => Buffer.from(b).toString('utf8')),
+    ['héllo', ''],
+  );
+  const audio = decoded.find((d) => d.name === 'audio');
+  assert.deepEqual(splitBytes(filled(audio?.tensor as TensorSource)).map(Buffer.from), [WAV_HEAD]);
+  const code = (inputs: Record<string, unknown>, expected: string, message: RegExp) =>
+    assert.throws(() => decodeProcessedInputs(config, { text: 'hi', audio: wav, ...inputs }, ctx), {
+      code: expected,
+      message,
+    });
+  code({ text: ['ok', 7] }, 'BAD_TEXT', /input "text" item 1: expected a string of text, got number/);
+  code({ text: [] }, 'BAD_TEXT', /empty list/);
+  code({ audio: mp3 }, 'AUDIO_FORMAT_NOT_SUPPORTED', /is a MP3 file; this model takes WAV. Convert it first/);
+  code({ audio: PNG_HEAD.toString('base64') }, 'BAD_AUDIO', /is not a WAV recording \(it is a PNG image\)/);
+  code({ audio: '' }, 'BAD_AUDIO', /empty string/);
+  code({ audio: 'data:audio/wav,raw' }, 'BAD_AUDIO', /data:audio\/wav;base64/);
+  code({ audio: 'tensor://abc' }, 'PATH_NOT_ALLOWED', /not absolute/);
+  code(
+    { audio: { handle: 'abc' } },
+    'BAD_AUDIO',
+    /a tensor handle holds a tensor, not a file; expected a WAV recording/,
+  );
+});
+
+test('OIP BYTES elements for a text input must be UTF-8', () => {
+  const ctx = {
+    config: { allowedRoots: [], maxArrayElements: 10, maxInputBytes: 1000 },
+    store: new TensorStore(1024, 1000),
+  };
+  const wav = new Uint8Array(Buffer.concat([Buffer.from('RIFF\0\0\0\0WAVEfmt '), Buffer.alloc(8)]));
+  const inputs = (text: Uint8Array[]) =>
+    new Map([
+      ['text', bytesSource(text)],
+      ['audio', bytesSource([wav])],
+    ]);
+  const ok = preparedProcessedInputs(multiModal(), inputs([item('naïve'), item('ok')]), 'binary', ctx);
+  assert.equal(ok.length, 2);
+  assert.throws(
+    () => preparedProcessedInputs(multiModal(), inputs([item('ok'), new Uint8Array([0x63, 0xe9])]), 'binary', ctx),
+    {
+      code: 'BAD_TEXT',
+      message: /input "text" item 1: the BYTES element is not valid UTF-8 \(2 bytes beginning 63e9\)/,
+    },
+  );
+});
+
 test('classification answers: softmax top-k with labels, sigmoid for independent labels, thresholds', () => {
   const scores = makeTensor('float32', [2, 3], new Uint8Array(new Float32Array([0, 2, 1, 5, 0, 0]).buffer));
   const labels = ['cat', 'dog', 'fox'];
@@ -141,4 +240,17 @@ test('classification answers: softmax top-k with labels, sigmoid for independent
     score: 5,
     index: 0,
   });
+});
+
+test('embeddings: row norms, and unit rows when normalised (a zero row stays zero)', () => {
+  const vectors = makeTensor('float32', [3, 2], new Uint8Array(new Float32Array([3, 4, 0, 0, -1, 0]).buffer));
+  const kept = embedRows(vectors, false);
+  assert.deepEqual(kept.norms, [5, 0, 1]);
+  assert.equal(kept.tensor, vectors);
+  const unit = embedRows(vectors, true);
+  assert.deepEqual(unit.tensor.shape, [3, 2]);
+  assert.deepEqual(
+    [...new Float32Array(unit.tensor.data.slice().buffer)],
+    [0.6000000238418579, 0.800000011920929, 0, 0, -1, 0],
+  );
 });
