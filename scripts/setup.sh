@@ -120,7 +120,7 @@ fi
 
 if [[ $want_test == 1 ]]; then
   step "installing test tools"
-  # pytest, ruff and the reference safetensors, at python/requirements-test.txt's pins.
+  # pytest, ruff, the reference safetensors and transformers, at python/requirements-test.txt's pins.
   install_pins python/requirements-test.txt
   # The oldest torch tensorgate supports, for the Python tests (another 5 GB, about a minute).
   install_venv "$TG_VENV-floor" python/requirements-floor.txt
