@@ -47,6 +47,11 @@ export const ERROR_CODES = {
     summary: 'An audio input is MP3, FLAC, Ogg or a WAV encoding (A-law, ADPCM, …) the worker does not decode.',
   },
   AUDIO_TOO_LONG: { status: 413, summary: "A recording lasts longer than its input's max_seconds." },
+  HANDLER_FAILED: {
+    status: 422,
+    summary:
+      "The model's processing handler (its own Python code) raised on this request, or answered in a form the worker cannot send.",
+  },
   INPUT_TOO_LARGE: { status: 413, summary: 'An input exceeds the configured size limit for its form.' },
   PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
   FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },

@@ -73,6 +73,8 @@ export interface InferenceResult {
   predictions?: Prediction[][];
   /** Models with an embedding output: what the vectors behind the output's handle are. */
   embedding?: EmbeddingAnswer;
+  /** Models with a processing handler that answers: its answer per item. */
+  answers?: unknown[];
   timings: StageTimings;
   notes: string[];
 }
@@ -512,6 +514,7 @@ export class Gateway {
       outputs,
       ...(predictions ? { predictions } : {}),
       ...(embedding ? { embedding } : {}),
+      ...(run.answers ? { answers: run.answers } : {}),
       timings: run.finish(encodeStart, postprocessed),
       notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),
     };
@@ -639,8 +642,9 @@ export class Gateway {
       variant: route.variant,
       batch_size: response.batchSize,
       outputs: response.outputs,
+      answers: response.answers,
       /** The stage timings, with encoding counted from `encodeStart` to now. */
-      finish: (encodeStart: number, postprocessMs?: number): StageTimings => {
+      finish: (encodeStart: number, gatewayPostprocessMs?: number): StageTimings => {
         const end = performance.now();
         const t = response.timings;
         this.stats.success(model, modelVersion, {
@@ -652,6 +656,10 @@ export class Gateway {
           rows,
         });
         const preprocessMs = response.timings.preprocessMs;
+        // A handler's postprocess (in the worker) and the gateway's (labels) are one stage.
+        const workerPostprocessMs = response.timings.postprocessMs;
+        const postprocessTotal =
+          workerPostprocessMs === undefined ? gatewayPostprocessMs : (gatewayPostprocessMs ?? 0) + workerPostprocessMs;
         const timings: StageTimings = {
           // Base64 and .npy inputs are decoded straight into shared memory by the engine: still decoding.
           decode_ms: round(decodeMs + response.timings.fillMs),
@@ -659,7 +667,7 @@ export class Gateway {
           queue_ms: round(response.queueMs),
           transfer_ms: round(response.timings.transferMs),
           compute_ms: round(response.timings.computeMs),
-          ...(postprocessMs !== undefined ? { postprocess_ms: round(postprocessMs) } : {}),
+          ...(postprocessTotal !== undefined ? { postprocess_ms: round(postprocessTotal) } : {}),
           encode_ms: round(end - encodeStart),
           total_ms: round(end - start),
         };

@@ -17,7 +17,11 @@ of the options.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import inspect
 import io
+import json
+import logging
 import struct
 import warnings
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ from ._errors import (
     BAD_PARAMETER,
     BAD_TENSOR,
     BAD_TEXT,
+    HANDLER_FAILED,
     IMAGE_FORMAT_NOT_SUPPORTED,
     IMAGE_TOO_LARGE,
     LOAD_FAILED,
@@ -50,6 +55,8 @@ except ImportError:  # pragma: no cover - exercised only by installs without Pil
 IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF", "bmp": "BMP"}
 
 _LENGTH = struct.Struct("<I")
+
+log = logging.getLogger("tensorgate.worker")
 
 
 def split_items(buffer: memoryview, count: int, name: str) -> list[memoryview]:
@@ -417,8 +424,81 @@ class AudioSteps:
         return {self.tensor: out.unsqueeze(1) if self.channel_dim else out}
 
 
+class Handler:
+    """A model's own processing code (``processing.handler: "module:Class"``, the module a file in
+    the version folder): ``Class(version_dir)`` once at load, then per batch
+    ``preprocess(items)`` (each processed input's items as bytes -> the model's input tensors by
+    name) and, if it has one, ``postprocess(outputs, items)`` (the output tensors by name -> one
+    JSON-serialisable answer per item). Whatever either raises fails the request with
+    HANDLER_FAILED, naming the handler; the worker serves on."""
+
+    def __init__(self, entry: str, version_dir: Path) -> None:
+        self.entry = entry
+        module_name, _, class_name = entry.partition(":")
+        path = version_dir / f"{module_name}.py"
+        field = "processing.handler"
+        if not path.is_file():
+            raise WorkerError(LOAD_FAILED, f"{field} {entry!r}: no file {path}")
+        try:
+            spec = importlib.util.spec_from_file_location(f"tensorgate_handler_{module_name}", path)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            cls = getattr(module, class_name)
+            self.instance = cls(version_dir) if inspect.signature(cls).parameters else cls()
+        except Exception as exc:  # noqa: BLE001 - the handler's own code, whatever it raises
+            raise WorkerError(
+                LOAD_FAILED, f"{field} {entry!r} could not be set up: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(getattr(self.instance, "preprocess", None)):
+            raise WorkerError(LOAD_FAILED, f"{field} {entry!r} has no preprocess(items) method")
+        self.answers = callable(getattr(self.instance, "postprocess", None))
+
+    def _failed(self, method: str, exc: Exception) -> WorkerError:
+        message = f"processing.handler {self.entry}.{method} raised {type(exc).__name__}: {exc}"
+        # The caller gets the message; the handler's author gets the traceback, in the log.
+        log.warning("%s", message, exc_info=exc)
+        return WorkerError(HANDLER_FAILED, message)
+
+    def preprocess(
+        self, items: dict[str, list[bytes]], dtypes: dict[str, torch.dtype]
+    ) -> dict[str, torch.Tensor]:
+        try:
+            tensors = self.instance.preprocess(items)
+        except Exception as exc:  # noqa: BLE001 - the handler's own code
+            raise self._failed("preprocess", exc) from None
+        if not isinstance(tensors, dict) or not all(
+            isinstance(t, torch.Tensor) for t in tensors.values()
+        ):
+            raise WorkerError(
+                HANDLER_FAILED,
+                f"processing.handler {self.entry}.preprocess must return the model inputs as a "
+                f"dict of tensors by name, not {type(tensors).__name__}",
+            )
+        # Cast to the declared dtypes: a handler's torch.tensor(...) of ints is int64, of floats
+        # float32, which is what most models take but not all.
+        return {name: t.to(dtypes[name]) if name in dtypes else t for name, t in tensors.items()}
+
+    def postprocess(
+        self, outputs: dict[str, torch.Tensor], items: dict[str, list[bytes]], rows: int
+    ) -> list[Any]:
+        try:
+            answers = self.instance.postprocess(outputs, items)
+            json.dumps(answers)
+        except Exception as exc:  # noqa: BLE001 - the handler's own code
+            raise self._failed("postprocess", exc) from None
+        if not isinstance(answers, list) or len(answers) != rows:
+            raise WorkerError(
+                HANDLER_FAILED,
+                f"processing.handler {self.entry}.postprocess must return a list of one answer "
+                f"per item ({rows}), not {type(answers).__name__}"
+                + (f" of {len(answers)}" if isinstance(answers, list) else ""),
+            )
+        return answers
+
+
 class Processing:
-    """A model's input processing: which model inputs come from which processed inputs."""
+    """A model's input processing: which model inputs come from which processed inputs, or the
+    model's own handler."""
 
     def __init__(
         self, raw: object, model_inputs: dict[str, tuple[str, int]], version_dir: Path
@@ -428,6 +508,10 @@ class Processing:
             raise WorkerError(BAD_PARAMETER, "processing must be an object")
         dtypes = {name: dtype for name, (dtype, _) in model_inputs.items()}
         self.steps: dict[str, ImageSteps | TextSteps | AudioSteps] = {}
+        self.handler = Handler(str(raw["handler"]), version_dir) if raw.get("handler") else None
+        self.dtypes = {name: to_torch(dtype) for name, dtype in dtypes.items()}
+        if self.handler is not None:
+            return  # the handler makes the model's inputs from the items as they come
         for name, cfg in (raw.get("inputs") or {}).items():
             kind = cfg.get("type") if isinstance(cfg, dict) else None
             if kind == "text":
@@ -467,6 +551,11 @@ class Processing:
             # A config that refuses PNG refuses it here: the plugins are loaded all the same.
             with contextlib.suppress(WorkerError):
                 self.tensors(steps.name, [memoryview(item)])
+
+    def handled(self, items: dict[str, list[bytes]]) -> dict[str, torch.Tensor]:
+        """The model inputs the handler makes of every processed input's items."""
+        assert self.handler is not None
+        return self.handler.preprocess(items, self.dtypes)
 
     def tensors(self, name: str, items: list[memoryview]) -> dict[str, torch.Tensor]:
         """The model inputs ``name``'s items make, by model input name."""

@@ -214,7 +214,7 @@ class Worker:
         variant = runner.variants.get(parameters.get("precision") or "fp32")  # type: ignore[union-attr]
 
         t0 = time.perf_counter()
-        inputs = self._inputs(headers, runner)
+        inputs, items = self._inputs(headers, runner)
         preprocess_ms = _ms(t0, time.perf_counter())
         t0 = time.perf_counter()
         inputs = runner.to_device(inputs)
@@ -222,6 +222,12 @@ class Worker:
         outputs = runner.run(variant, inputs)
         del inputs  # the arena views are only valid until we answer
         t2 = time.perf_counter()
+        handler = self.processing.handler if self.processing is not None else None
+        answers = None
+        if handler is not None and handler.answers:
+            rows = len(next(iter(items.values()), []))
+            answers = handler.postprocess({s.name: t for s, t in outputs}, items, rows)
+        t_post = time.perf_counter()
         written: list[Message] = []
         try:
             for spec, tensor in outputs:
@@ -242,18 +248,24 @@ class Worker:
         t3 = time.perf_counter()
         return {
             "outputs": written,
+            **({"answers": answers} if answers is not None else {}),
             "timings": {
                 "h2d_ms": _ms(t0, t1),
                 "compute_ms": _ms(t1, t2),
-                "d2h_ms": _ms(t2, t3),
+                "d2h_ms": _ms(t_post, t3),
                 **({"preprocess_ms": preprocess_ms} if self.processing is not None else {}),
+                **({"postprocess_ms": _ms(t2, t_post)} if answers is not None else {}),
             },
         }
 
-    def _inputs(self, headers: list[Message], runner: Runner) -> list[torch.Tensor]:
+    def _inputs(
+        self, headers: list[Message], runner: Runner
+    ) -> tuple[list[torch.Tensor], dict[str, list[bytes]]]:
         """The model's inputs in its declared order: tensors viewed in the arena as they are,
-        BYTES inputs (image files, texts, recordings) decoded by the model's processing."""
+        BYTES inputs (image files, texts, recordings) decoded by the model's processing; and,
+        for a model with a handler, the items it was given (its postprocess sees them again)."""
         by_name: dict[str, torch.Tensor] = {}
+        handed: dict[str, list[bytes]] = {}
         for h in headers:
             if not h.get("bytes"):
                 by_name[str(h.get("name"))] = self.arena_in.tensor(
@@ -270,17 +282,23 @@ class Worker:
             view = self.arena_in.view(h.get("offset"), h.get("nbytes"))
             items = split_items(view, shape[0], str(h.get("name")))
             try:
-                by_name.update(self.processing.tensors(str(h.get("name")), items))
+                if self.processing.handler is not None:
+                    handed[str(h.get("name"))] = [bytes(item) for item in items]
+                else:
+                    by_name.update(self.processing.tensors(str(h.get("name")), items))
             finally:
                 # The decoded tensors are copies: the arena views go now, so a remap can retire
                 # the old mapping.
                 for item in items:
                     item.release()
                 view.release()
+        if handed:
+            by_name.update(self.processing.handled(handed))  # type: ignore[union-attr]
         missing = [s.name for s in runner.spec.inputs if s.name not in by_name]
         if missing:
-            raise WorkerError(BAD_TENSOR, f"infer is missing model inputs {missing}")
-        return [by_name[s.name] for s in runner.spec.inputs]
+            made = " (the processing handler did not make them)" if handed else ""
+            raise WorkerError(BAD_TENSOR, f"infer is missing model inputs {missing}{made}")
+        return [by_name[s.name] for s in runner.spec.inputs], handed
 
     def _release(self, offsets: object) -> None:
         for offset in offsets if isinstance(offsets, list) else []:

@@ -33,10 +33,14 @@ export interface EngineTimings {
   computeMs: number;
   /** Decoding and transforming processed inputs (images) into the model's tensors, in the worker. */
   preprocessMs?: number;
+  /** A processing handler's postprocess, in the worker. */
+  postprocessMs?: number;
 }
 
 export interface EngineResponse {
   outputs: NamedTensor[];
+  /** A processing handler's answers, one per row. */
+  answers?: unknown[];
   timings: EngineTimings;
 }
 

@@ -128,6 +128,7 @@ export const InferOut = z.object({
   ),
   predictions: PredictionsOut.optional(),
   embedding: EmbeddingOut.optional(),
+  answers: z.array(z.unknown()).optional().describe("the model's processing handler: its answer per item"),
   timings: TimingsOut,
   notes: z.array(z.string()),
 });
@@ -321,6 +322,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
   const lines = [
     ...(result.predictions ? predictionLines(result.predictions) : []),
     ...(result.embedding ? [embeddingLine(result.embedding)] : []),
+    ...(result.answers ?? []).map((a, i, all) => `${all.length > 1 ? `item ${i}: ` : ''}${JSON.stringify(a)}`),
     `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,
     timingsLine(result.timings),
     ...result.notes,
@@ -345,6 +347,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
       outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
       ...(result.predictions ? { predictions: result.predictions } : {}),
       ...(result.embedding ? { embedding: result.embedding } : {}),
+      ...(result.answers ? { answers: result.answers } : {}),
       timings: result.timings,
       notes: result.notes,
     },

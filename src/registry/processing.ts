@@ -163,6 +163,15 @@ export const ProcessingSchema = z
       ProcessedInputSchema,
     ),
     output: ProcessedOutputSchema.optional(),
+    /**
+     * The model's own processing code, "module:Class" (module.py in the version folder), run in
+     * its worker: preprocess(items) makes the model inputs of the processed inputs' items, and
+     * postprocess(outputs, items), if it has one, the answer per item.
+     */
+    handler: z
+      .string()
+      .regex(/^[A-Za-z_]\w*:[A-Za-z_]\w*$/, 'a handler is "module:Class", the module a .py file in the version folder')
+      .optional(),
   })
   .strict();
 export type ProcessingConfig = z.infer<typeof ProcessingSchema>;
@@ -183,6 +192,9 @@ export function processingIssues(
   const at = (...path: (string | number)[]) => ['processing', ...path];
   if (engine !== 'torch')
     issues.push({ path: at(), message: `processing runs in the torch worker; engine "${engine}" has none` });
+  // A handler makes the model's inputs itself: what the processed inputs declare is only what an
+  // agent passes and how the gateway reads it.
+  if (processing.handler) return [...issues, ...outputIssues(processing, outputs)];
   const made = new Map<string, string>();
   for (const [name, input] of Object.entries(processing.inputs)) {
     const specs: TensorSpec[] = [];
@@ -215,6 +227,13 @@ export function processingIssues(
         path: at('inputs'),
         message: `model input "${spec.name}" is made by no processed input; with processing every model input is`,
       });
+  issues.push(...outputIssues(processing, outputs));
+  return issues;
+}
+
+function outputIssues(processing: ProcessingConfig, outputs: TensorSpec[]): Issue[] {
+  const issues: Issue[] = [];
+  const at = (...path: (string | number)[]) => ['processing', ...path];
   const output = processing.output;
   if (output) {
     const named = output.tensor ?? (outputs.length === 1 ? outputs[0]?.name : undefined);

@@ -79,5 +79,21 @@ export function splitResponse(response: EngineResponse, rows: number[]): EngineR
       row += n;
     });
   }
-  return perRequest.map((outputs) => ({ outputs, timings: response.timings }));
+  const answers = response.answers;
+  if (answers && answers.length !== total)
+    throw tgError(
+      'HANDLER_FAILED',
+      `the processing handler answered ${answers.length} items for a batch of ${total}; it must answer one per item`,
+    );
+  let start = 0;
+  return perRequest.map((outputs, i) => {
+    const n = rows[i] as number;
+    const part = {
+      outputs,
+      timings: response.timings,
+      ...(answers ? { answers: answers.slice(start, start + n) } : {}),
+    };
+    start += n;
+    return part;
+  });
 }

@@ -68,6 +68,7 @@ const PER_REQUEST_ERRORS = new Set([
   'BAD_AUDIO',
   'AUDIO_FORMAT_NOT_SUPPORTED',
   'AUDIO_TOO_LONG',
+  'HANDLER_FAILED',
 ]);
 /** Failed restarts after a crash before the pool fails, when no other instance serves. */
 const MAX_RESTART_FAILURES = 3;

@@ -291,3 +291,62 @@ describe('an embedding output: one vector per text behind a handle', () => {
     }
   });
 });
+
+describe("a model's own processing handler (processing.handler)", () => {
+  let server: Connected;
+  before(async () => {
+    // The intents model, processed by a handler in its version folder instead of the built-ins.
+    const repo = mkdtempSync(join(tmpdir(), 'tg-handler-'));
+    cpSync(join(models, 'intents'), join(repo, 'intents'), { recursive: true });
+    cpSync(join(models, 'intents'), join(repo, 'intent-handler'), { recursive: true });
+    copyFileSync(
+      join(ROOT, 'test/fixtures/handlers/intent_handler.py'),
+      join(repo, 'intent-handler', '1', 'intent_handler.py'),
+    );
+    const file = join(repo, 'intent-handler', 'config.json');
+    const config = JSON.parse(readFileSync(file, 'utf8'));
+    config.name = 'intent-handler';
+    config.processing = { handler: 'intent_handler:IntentHandler', inputs: { text: { type: 'text' } } };
+    writeFileSync(file, JSON.stringify(config));
+    server = await connect('stdio', undefined, [], repo);
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it("answers what the handler's postprocess makes of each item, batched, timed as stages", async () => {
+    const some = sentences.slice(0, 8);
+    const [handled, builtIn] = await Promise.all([
+      Promise.all(some.map((s) => tool(server.client, 'intent-handler', { text: s.text }))),
+      Promise.all(some.map((s) => answer(server.client, 'intents', { text: s.text, top_k: 1 }))),
+    ]);
+    handled.forEach((result, i) => {
+      assert.notEqual(result.isError, true, result.content[0]?.text);
+      const { answers, timings } = result.structuredContent as {
+        answers: { intent: string; words: number }[];
+        timings: Record<string, number>;
+      };
+      assert.deepEqual(answers, [
+        { intent: builtIn[i]?.predictions[0]?.[0]?.label, words: (some[i]?.text ?? '').split(/\s+/).length },
+      ]);
+      assert.match(result.content[0]?.text ?? '', /^\{"intent":/);
+      assert.ok((timings.preprocess_ms ?? -1) >= 0 && (timings.postprocess_ms ?? -1) >= 0);
+    });
+  });
+
+  it('answers HANDLER_FAILED for the call its handler raises on, and the rest of the batch', async () => {
+    const texts = ['set an alarm for six', 'raise', 'play some jazz', 'what is the weather in oslo'];
+    const results = await Promise.all(texts.map((text) => tool(server.client, 'intent-handler', { text })));
+    results.forEach((result, i) => {
+      if (texts[i] === 'raise') {
+        assert.equal(result.isError, true);
+        assert.match(
+          result.content[0]?.text ?? '',
+          /^HANDLER_FAILED: processing\.handler intent_handler:IntentHandler\.preprocess raised ValueError: this handler does not take the word 'raise'/,
+        );
+      } else assert.notEqual(result.isError, true, result.content[0]?.text);
+    });
+    const again = await tool(server.client, 'intent-handler', { text: 'call mum' });
+    assert.notEqual(again.isError, true, 'the worker serves on');
+  });
+});

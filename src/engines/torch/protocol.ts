@@ -84,12 +84,16 @@ export type LoadResult = z.infer<typeof LoadResultSchema>;
 
 export const InferResultSchema = z.object({
   outputs: z.array(TensorHeaderSchema),
+  /** A processing handler's postprocess: one JSON answer per row. */
+  answers: z.array(z.unknown()).optional(),
   timings: z.object({
     h2d_ms: z.number(),
     compute_ms: z.number(),
     d2h_ms: z.number(),
     /** Decoding and transforming BYTES inputs (images) into the model's tensors. */
     preprocess_ms: z.number().optional(),
+    /** A processing handler's postprocess. */
+    postprocess_ms: z.number().optional(),
   }),
 });
 export type InferResult = z.infer<typeof InferResultSchema>;
@@ -110,8 +114,8 @@ export interface LoadRequestModel {
   max_batch_size: number;
   /** Batch sizes a compiled variant is warmed up for, besides 1, 2 and the maximum. */
   preferred_batch_sizes: number[];
-  /** How BYTES inputs become the model's tensors (the config's processing.inputs). */
-  processing?: { inputs: ProcessingConfig['inputs'] };
+  /** How BYTES inputs become the model's tensors (the config's processing.inputs, or its handler). */
+  processing?: { inputs: ProcessingConfig['inputs']; handler?: string };
 }
 
 /** The `model` object of a `load` request for one version of a model folder (also what the exporters take). */
@@ -142,6 +146,13 @@ export function loadRequestModel(config: ModelConfig, version: string, dir: stri
     max_batch_size: config.batching?.max_batch_size ?? 1,
     preferred_batch_sizes: config.batching?.preferred_batch_sizes ?? [],
     ...(v.entry ? { entry: v.entry } : {}),
-    ...(config.processing ? { processing: { inputs: workerProcessing(config.processing, config.inputs) } } : {}),
+    ...(config.processing
+      ? {
+          processing: {
+            inputs: workerProcessing(config.processing, config.inputs),
+            ...(config.processing.handler ? { handler: config.processing.handler } : {}),
+          },
+        }
+      : {}),
   };
 }

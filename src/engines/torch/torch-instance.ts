@@ -136,16 +136,19 @@ export class TorchInstance implements EngineInstance {
       const t3 = performance.now();
       const computeMs = result.timings.compute_ms;
       const preprocessMs = result.timings.preprocess_ms;
-      // Everything that is not the forward pass (or preprocessing) is the cost of moving data and
+      const postprocessMs = result.timings.postprocess_ms;
+      // Everything that is not the forward pass (or processing) is the cost of moving data and
       // headers across.
-      const inWorker = computeMs + (preprocessMs ?? 0);
+      const inWorker = computeMs + (preprocessMs ?? 0) + (postprocessMs ?? 0);
       return {
         outputs,
+        ...(result.answers ? { answers: result.answers } : {}),
         timings: {
           fillMs,
           computeMs,
           transferMs: t1 - t0 - fillMs + (t2 - t1 - inWorker) + (t3 - t2),
           ...(preprocessMs !== undefined ? { preprocessMs } : {}),
+          ...(postprocessMs !== undefined ? { postprocessMs } : {}),
         },
       };
     } finally {

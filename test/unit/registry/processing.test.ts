@@ -204,3 +204,12 @@ test('an embedding output names a floating-point [batch, dims] output', () => {
     /an embedding is \[batch, dims\]; "v" has shape \[-1, 4, 64\]/,
   );
 });
+
+test('a handler makes the model inputs itself: only its "module:Class" form is checked', () => {
+  const handled = { handler: 'handler:Photos', inputs: { photo: { type: 'image' } } };
+  assert.doesNotThrow(() => parseModelConfig({ ...base, processing: handled }, 'c'));
+  assert.match(
+    issues({ ...handled, handler: 'handler.py' }),
+    /processing\.handler: a handler is "module:Class", the module a \.py file in the version folder/,
+  );
+});

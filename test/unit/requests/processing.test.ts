@@ -12,7 +12,7 @@ import {
   sniffImage,
 } from '../../../src/requests/decode-processed.js';
 import { embedRows } from '../../../src/requests/embed.js';
-import { joinRequests } from '../../../src/scheduler/batch.js';
+import { joinRequests, splitResponse } from '../../../src/scheduler/batch.js';
 import { bytesSource, splitBytes } from '../../../src/tensor/bytes-tensor.js';
 import type { TensorSource } from '../../../src/tensor/source.js';
 import { TensorStore } from '../../../src/tensor/store.js';
@@ -253,4 +253,15 @@ test('embeddings: row norms, and unit rows when normalised (a zero row stays zer
     [...new Float32Array(unit.tensor.data.slice().buffer)],
     [0.6000000238418579, 0.800000011920929, 0, 0, -1, 0],
   );
+});
+
+test("a batched response's handler answers are split by rows with its outputs", () => {
+  const timings = { fillMs: 0, transferMs: 0, computeMs: 0 };
+  const outputs = [{ name: 'y', tensor: makeTensor('uint8', [3, 1], new Uint8Array([1, 2, 3])) }];
+  const parts = splitResponse({ outputs, answers: ['a', 'b', 'c'], timings }, [2, 1]);
+  assert.deepEqual(
+    parts.map((p) => p.answers),
+    [['a', 'b'], ['c']],
+  );
+  assert.throws(() => splitResponse({ outputs, answers: ['a'], timings }, [2, 1]), { code: 'HANDLER_FAILED' });
 });
