@@ -18,7 +18,12 @@ import { RequestWindow } from './metrics/request-window.js';
 import type { Logger } from './observability/logger.js';
 import type { Adapter, RequestObserver } from './observability/request-observer.js';
 import { defaultVersion, type ModelConfig } from './registry/model-config.js';
-import type { ClassificationOutputConfig, EmbeddingOutputConfig } from './registry/processing.js';
+import type {
+  ClassificationOutputConfig,
+  EmbeddingOutputConfig,
+  ImageOutputConfig,
+  MaskOutputConfig,
+} from './registry/processing.js';
 import { type ModelRecord, Registry, type RegistryChange } from './registry/registry.js';
 import { readModelDir, scanRepository } from './registry/repository.js';
 import { classify, type Prediction } from './requests/classify.js';
@@ -28,6 +33,7 @@ import { type EmbeddingAnswer, embedRows } from './requests/embed.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
 import { type OutputResult, presentOutput } from './requests/present-output.js';
+import { type RenderedImage, renderImages, renderMasks } from './requests/render-images.js';
 import { ModelManager, type VersionState } from './scheduler/model-manager.js';
 import type { ModelPool } from './scheduler/model-pool.js';
 import type { VariantChoice, VariantRoute, VersionVariants } from './scheduler/version-variants.js';
@@ -75,6 +81,8 @@ export interface InferenceResult {
   embedding?: EmbeddingAnswer;
   /** Models with a processing handler that answers: its answer per item. */
   answers?: unknown[];
+  /** Models with an image or mask output: a PNG per item. */
+  images?: RenderedImage[];
   timings: StageTimings;
   notes: string[];
 }
@@ -493,6 +501,7 @@ export class Gateway {
     const processed = run.config.processing?.output;
     const predictions = processed?.type === 'classification' ? this.predictions(run, processed) : undefined;
     const embedded = processed?.type === 'embedding' ? this.embedding(run, processed) : undefined;
+    const images = processed?.type === 'image' || processed?.type === 'mask' ? this.images(run, processed) : undefined;
     const postprocessed = processed ? performance.now() - postprocessStart : undefined;
     const encodeStart = performance.now();
     const outputs = run.outputs.map(({ name, tensor }) =>
@@ -515,6 +524,7 @@ export class Gateway {
       ...(predictions ? { predictions } : {}),
       ...(embedding ? { embedding } : {}),
       ...(run.answers ? { answers: run.answers } : {}),
+      ...(images ? { images } : {}),
       timings: run.finish(encodeStart, postprocessed),
       notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),
     };
@@ -530,6 +540,19 @@ export class Gateway {
     if (!scores) return undefined;
     const labels = run.config.outputs.find((o) => o.name === name)?.labels;
     return classify(scores, labels, output, { topK: run.topK, threshold: run.threshold });
+  }
+
+  /** An image or mask output's PNG per item. */
+  private images(
+    run: { config: ModelConfig; outputs: NamedTensor[] },
+    output: ImageOutputConfig | MaskOutputConfig,
+  ): RenderedImage[] | undefined {
+    const name = output.tensor ?? run.config.outputs[0]?.name;
+    const tensor = run.outputs.find((o) => o.name === name)?.tensor;
+    if (!tensor) return undefined;
+    return output.type === 'image'
+      ? renderImages(tensor, output)
+      : renderMasks(tensor, run.config.outputs.find((o) => o.name === name)?.labels);
   }
 
   /** An embedding output's answer; normalising replaces the output, so its handle holds unit vectors. */

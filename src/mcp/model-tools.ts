@@ -9,7 +9,10 @@ import { callerOf, errorResult } from './results.js';
 import {
   EmbeddingOut,
   embeddingLine,
+  ImagesOut,
   InferOut,
+  imageContent,
+  imageLines,
   inferResult,
   PredictionsOut,
   predictionLines,
@@ -54,6 +57,23 @@ const EmbeddingAnswerOut = z.object({
   timings: TimingsOut,
 });
 
+const ImagesAnswerOut = z.object({
+  request_id: z.string(),
+  model: z.string(),
+  version: z.string(),
+  images: ImagesOut,
+  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
+  timings: TimingsOut,
+});
+
+const outputSchemas = {
+  classification: ClassificationOut,
+  embedding: EmbeddingAnswerOut,
+  image: ImagesAnswerOut,
+  mask: ImagesAnswerOut,
+  none: InferOut,
+};
+
 function definitionOf(config: ModelConfig): Definition {
   let definition = definitions.get(config);
   if (definition) return definition;
@@ -81,19 +101,18 @@ function definitionOf(config: ModelConfig): Definition {
       ? `Answers the top ${output.top_k} labels per item with their probability`
       : output?.type === 'embedding'
         ? `Answers a tensor:// handle of one ${output.normalize ? 'unit-length ' : ''}vector per item (pass it to a later call or read it as a resource)`
-        : 'Answers the model outputs';
+        : output?.type === 'image'
+          ? 'Answers a PNG image per item'
+          : output?.type === 'mask'
+            ? "Answers a PNG mask per item, a colour per class, with each class's share of the pixels"
+            : 'Answers the model outputs';
   definition = {
     title: processing.tool.title ?? `${config.name} (model)`,
     description:
       processing.tool.description ??
       `${config.description.trim()} Takes ${takes.join('; ')}. ${answers}, and the time of each stage.`,
     inputSchema: z.object(shape),
-    outputSchema:
-      output?.type === 'classification'
-        ? ClassificationOut
-        : output?.type === 'embedding'
-          ? EmbeddingAnswerOut
-          : InferOut,
+    outputSchema: outputSchemas[output?.type ?? 'none'],
     annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
   };
   definitions.set(config, definition);
@@ -128,15 +147,18 @@ function inputSchema(input: ProcessedInputConfig): z.ZodType {
 
 /** The answer of a model's tool: labels or an embedding's handle first, then the stages' times. */
 function answerResult(result: InferenceResult): CallToolResult {
-  const { predictions, embedding } = result;
+  const { predictions, embedding, images } = result;
   const lines = [
     ...(predictions ? predictionLines(predictions) : []),
     ...(embedding ? [embeddingLine(embedding)] : []),
+    ...(images ? imageLines(images) : []),
     timingsLine(result.timings),
   ];
+  const pictures = images ? imageContent(images) : undefined;
   return {
     content: [
       { type: 'text', text: lines.join('\n') },
+      ...(pictures?.content ?? []),
       ...(embedding
         ? [
             {
@@ -155,6 +177,7 @@ function answerResult(result: InferenceResult): CallToolResult {
       version: result.version,
       ...(predictions ? { predictions } : {}),
       ...(embedding ? { embedding } : {}),
+      ...(pictures ? { images: pictures.structured } : {}),
       batch_size: result.batch_size,
       timings: result.timings,
     },

@@ -4,6 +4,7 @@ import type { Gateway, InferenceResult, ModelSummaryInfo } from '../gateway.js';
 import { describePredictions, type Prediction } from '../requests/classify.js';
 import type { EmbeddingAnswer } from '../requests/embed.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
+import type { RenderedImage } from '../requests/render-images.js';
 import { TensorSummarySchema } from '../tensor/summary.js';
 import { requestSignal } from './connection-signal.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
@@ -111,6 +112,41 @@ export function embeddingLine(e: EmbeddingAnswer): string {
   return `embedding: ${e.items} vector${e.items === 1 ? '' : 's'} of ${e.dims} dims${e.normalized ? ' (unit length)' : ''} at ${e.uri}; norms ${e.norms.join(', ')}`;
 }
 
+export const ImagesOut = z
+  .array(
+    z.object({
+      width: z.number().int(),
+      height: z.number().int(),
+      coverage: z.record(z.string(), z.number()).optional().describe("masks: each class's share of the pixels"),
+    }),
+  )
+  .describe('per item, the PNG answered as image content, in order');
+
+/** "image 0: 64x64 PNG" or "mask: 64x64, background 0.71, cat 0.29": the pictures in lines. */
+export function imageLines(images: RenderedImage[]): string[] {
+  return images.map((image, i) => {
+    const what = image.coverage ? 'mask' : 'image';
+    const shares = image.coverage
+      ? `, ${Object.entries(image.coverage)
+          .map(([label, share]) => `${label} ${share}`)
+          .join(', ')}`
+      : ' PNG';
+    return `${what}${images.length > 1 ? ` ${i}` : ''}: ${image.width}x${image.height}${shares}`;
+  });
+}
+
+/** The pictures as MCP image content, and what the structured answer says of them. */
+export function imageContent(images: RenderedImage[]) {
+  return {
+    content: images.map((image) => ({
+      type: 'image' as const,
+      data: image.png.toString('base64'),
+      mimeType: 'image/png',
+    })),
+    structured: images.map(({ width, height, coverage }) => ({ width, height, ...(coverage ? { coverage } : {}) })),
+  };
+}
+
 export const InferOut = z.object({
   request_id: z.string(),
   model: z.string(),
@@ -129,6 +165,7 @@ export const InferOut = z.object({
   predictions: PredictionsOut.optional(),
   embedding: EmbeddingOut.optional(),
   answers: z.array(z.unknown()).optional().describe("the model's processing handler: its answer per item"),
+  images: ImagesOut.optional(),
   timings: TimingsOut,
   notes: z.array(z.string()),
 });
@@ -323,13 +360,16 @@ export function inferResult(result: InferenceResult): CallToolResult {
     ...(result.predictions ? predictionLines(result.predictions) : []),
     ...(result.embedding ? [embeddingLine(result.embedding)] : []),
     ...(result.answers ?? []).map((a, i, all) => `${all.length > 1 ? `item ${i}: ` : ''}${JSON.stringify(a)}`),
+    ...(result.images ? imageLines(result.images) : []),
     `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,
     timingsLine(result.timings),
     ...result.notes,
   ];
+  const pictures = result.images ? imageContent(result.images) : undefined;
   return {
     content: [
       { type: 'text', text: lines.join('\n') },
+      ...(pictures?.content ?? []),
       ...result.outputs.map((o) => ({
         type: 'resource_link' as const,
         uri: o.uri,
@@ -348,6 +388,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
       ...(result.predictions ? { predictions: result.predictions } : {}),
       ...(result.embedding ? { embedding: result.embedding } : {}),
       ...(result.answers ? { answers: result.answers } : {}),
+      ...(pictures ? { images: pictures.structured } : {}),
       timings: result.timings,
       notes: result.notes,
     },

@@ -137,7 +137,36 @@ export const EmbeddingOutputSchema = z
   .strict();
 export type EmbeddingOutputConfig = z.infer<typeof EmbeddingOutputSchema>;
 
-export const ProcessedOutputSchema = z.discriminatedUnion('type', [ClassificationOutputSchema, EmbeddingOutputSchema]);
+/** One picture per item (a restored photo, a depth map), answered as PNG image content. */
+export const ImageOutputSchema = z
+  .object({
+    type: z.literal('image'),
+    /** The model output holding the pictures; the only output when absent. */
+    tensor: z.string().optional(),
+    /** [batch, channels, height, width] (CHW) or [batch, height, width, channels] (HWC); 1, 3 or 4 channels. */
+    layout: z.enum(['CHW', 'HWC']).default('CHW'),
+    /** Values are multiplied by this, rounded and clamped to 0-255: 255 for outputs in [0, 1], 1 for 0-255. */
+    scale: z.number().positive().default(255),
+  })
+  .strict();
+export type ImageOutputConfig = z.infer<typeof ImageOutputSchema>;
+
+/** A class per pixel (segmentation), answered as a PNG in a colour per class and each class's share. */
+export const MaskOutputSchema = z
+  .object({
+    type: z.literal('mask'),
+    /** [batch, height, width] class ids, or [batch, classes, height, width] scores (the best class per pixel). */
+    tensor: z.string().optional(),
+  })
+  .strict();
+export type MaskOutputConfig = z.infer<typeof MaskOutputSchema>;
+
+export const ProcessedOutputSchema = z.discriminatedUnion('type', [
+  ClassificationOutputSchema,
+  EmbeddingOutputSchema,
+  ImageOutputSchema,
+  MaskOutputSchema,
+]);
 export type ProcessedOutputConfig = z.infer<typeof ProcessedOutputSchema>;
 
 /** The model's own MCP tool (docs/processing.md#the-models-tool). */
@@ -232,35 +261,43 @@ export function processingIssues(
 }
 
 function outputIssues(processing: ProcessingConfig, outputs: TensorSpec[]): Issue[] {
-  const issues: Issue[] = [];
-  const at = (...path: (string | number)[]) => ['processing', ...path];
   const output = processing.output;
-  if (output) {
-    const named = output.tensor ?? (outputs.length === 1 ? outputs[0]?.name : undefined);
-    const spec = outputs.find((s) => s.name === named);
-    if (!spec)
-      issues.push({
-        path: at('output', 'tensor'),
+  if (!output) return [];
+  const at = ['processing', 'output', 'tensor'];
+  const named = output.tensor ?? (outputs.length === 1 ? outputs[0]?.name : undefined);
+  const spec = outputs.find((s) => s.name === named);
+  if (!spec)
+    return [
+      {
+        path: at,
         message:
           output.tensor === undefined
-            ? `the model has several outputs: name the one holding the ${output.type === 'embedding' ? 'vectors' : 'class scores'} in "tensor"`
+            ? `the model has several outputs: name the one the ${output.type} answer is made of in "tensor"`
             : `no model output "${output.tensor}"`,
-      });
-    else if (spec.shape.length !== 2)
-      issues.push({
-        path: at('output', 'tensor'),
-        message:
-          output.type === 'embedding'
-            ? `an embedding is [batch, dims]; "${spec.name}" has shape [${spec.shape.join(', ')}]`
-            : `classification reads [batch, classes] scores; "${spec.name}" has shape [${spec.shape.join(', ')}]`,
-      });
-    else if (output.type === 'embedding' && !['float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype))
-      issues.push({
-        path: at('output', 'tensor'),
-        message: `an embedding is a floating-point output; "${spec.name}" is ${spec.dtype}`,
-      });
+      },
+    ];
+  const shape = `"${spec.name}" has shape [${spec.shape.join(', ')}]`;
+  const floating = ['float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype);
+  const issue = (message: string): Issue[] => [{ path: at, message }];
+  switch (output.type) {
+    case 'classification':
+      return spec.shape.length === 2 ? [] : issue(`classification reads [batch, classes] scores; ${shape}`);
+    case 'embedding':
+      if (spec.shape.length !== 2) return issue(`an embedding is [batch, dims]; ${shape}`);
+      return floating ? [] : issue(`an embedding is a floating-point output; "${spec.name}" is ${spec.dtype}`);
+    case 'image': {
+      const channels = spec.shape[output.layout === 'CHW' ? 1 : 3] ?? 0;
+      return spec.shape.length === 4 && [1, 3, 4].includes(channels)
+        ? []
+        : issue(`an image output has 1, 3 or 4 channels, laid out ${output.layout}; ${shape}`);
+    }
+    case 'mask':
+      return (spec.shape.length === 3 && !floating) || (spec.shape.length === 4 && floating)
+        ? []
+        : issue(
+            `a mask is [batch, height, width] integer class ids or [batch, classes, height, width] scores; ${shape} (${spec.dtype})`,
+          );
   }
-  return issues;
 }
 
 function imageIssues(name: string, image: ImageInputConfig, spec: TensorSpec): Issue[] {

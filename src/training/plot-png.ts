@@ -2,9 +2,10 @@
  * Renders a training run's metric curves as a small PNG, for `get_run` to hand an agent as MCP
  * image content. Node has no canvas without a native dependency, and the image only has to let an
  * agent glance at the shape of a curve, so this draws the chart itself: an RGB pixel buffer,
- * Bresenham lines, a 5x7 bitmap font, and a PNG written with node:zlib and a CRC-32 table.
+ * Bresenham lines, a 5x7 bitmap font, and a PNG written by src/tensor/png.ts.
  */
-import { deflateSync } from 'node:zlib';
+
+import { encodePngRows } from '../tensor/png.js';
 
 export interface PlotSeries {
   name: string;
@@ -205,38 +206,9 @@ function drawPanel(canvas: Canvas, series: PlotSeries, top: number, height: numb
   }
 }
 
-const CRC_TABLE = Uint32Array.from({ length: 256 }, (_, n) => {
-  let c = n;
-  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-  return c >>> 0;
-});
-
-function crc32(bytes: Uint8Array): number {
-  let c = 0xffffffff;
-  for (const b of bytes) c = (CRC_TABLE[(c ^ b) & 0xff] as number) ^ (c >>> 8);
-  return (c ^ 0xffffffff) >>> 0;
-}
-
-function chunk(type: string, body: Buffer): Buffer {
-  const out = Buffer.alloc(12 + body.length);
-  out.writeUInt32BE(body.length, 0);
-  out.write(type, 4, 'latin1');
-  body.copy(out, 8);
-  out.writeUInt32BE(crc32(out.subarray(4, 8 + body.length)), 8 + body.length);
-  return out;
-}
-
 function encodePng(canvas: Canvas): Buffer {
-  const header = Buffer.alloc(13);
-  header.writeUInt32BE(canvas.width, 0);
-  header.writeUInt32BE(canvas.height, 4);
-  header.set([8, 2, 0, 0, 0], 8); // 8-bit RGB, deflate, adaptive filtering (all rows use filter 0), no interlace
-  return Buffer.concat([
-    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    chunk('IHDR', header),
-    chunk('IDAT', deflateSync(canvas.data)),
-    chunk('IEND', Buffer.alloc(0)),
-  ]);
+  // The canvas keeps its rows as PNG lays them out (a filter byte, then RGB): no copy to encode.
+  return encodePngRows(canvas.data, canvas.width, canvas.height, 3);
 }
 
 /**

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -393,5 +393,69 @@ describe("Triton's own clients send image files as BYTES (OIP v2 REST and gRPC)"
     assert.match(report.grpc_corrupt ?? '', /BAD_IMAGE: input "image" item 0: the PNG data is corrupt/);
     assert.match(report.corrupt ?? '', /^BAD_IMAGE: input "image" item 0: the PNG data is corrupt/);
     assert.match(report.not_an_image ?? '', /^BAD_IMAGE: .*is not a PNG, JPEG, WebP, GIF or BMP image/);
+  });
+});
+
+describe('image and mask outputs: pictures answered as PNG image content', () => {
+  let server: Connected;
+  let picture: string;
+  before(async () => {
+    const repo = mkdtempSync(join(tmpdir(), 'tg-pictures-'));
+    execFileSync(PYTHON, [join(ROOT, 'test/fixtures/image_output_models.py'), repo]);
+    server = await connect('stdio', undefined, [], repo);
+    picture = join(server.workDir, 'digit.png');
+    copyFileSync(join(examples, names[3] as string), picture);
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  /** The worst pixel difference between a returned PNG and the picture PIL and numpy make. */
+  function worst(model: string, png: string): { size: number[]; worst: number } {
+    const file = join(server.workDir, `${model}-answer.png`);
+    writeFileSync(file, Buffer.from(png, 'base64'));
+    const out = execFileSync(
+      PYTHON,
+      [join(ROOT, 'test/fixtures/image_output_models.py'), 'check', picture, file, model],
+      {
+        encoding: 'utf8',
+      },
+    );
+    return JSON.parse(out) as { size: number[]; worst: number };
+  }
+
+  it("answers an image output as the PNG of the model's picture", async () => {
+    const result = (await server.client.callTool({ name: 'ink', arguments: { image: [picture, picture] } })) as {
+      isError?: boolean;
+      content: { type: string; text?: string; data?: string; mimeType?: string }[];
+      structuredContent?: { images: { width: number; height: number }[] };
+    };
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    assert.match(result.content[0]?.text ?? '', /^image 0: 16x16 PNG\nimage 1: 16x16 PNG\n/);
+    const images = result.content.filter((c) => c.type === 'image');
+    assert.equal(images.length, 2);
+    assert.equal(images[0]?.mimeType, 'image/png');
+    assert.deepEqual(result.structuredContent?.images, [
+      { width: 16, height: 16 },
+      { width: 16, height: 16 },
+    ]);
+    const check = worst('ink', images[0]?.data as string);
+    assert.deepEqual(check.size, [16, 16]);
+    assert.ok(check.worst <= 1, `pixels differ by up to ${check.worst}`);
+  });
+
+  it("answers a mask output as a PNG in a colour per class, with each class's share", async () => {
+    const result = (await server.client.callTool({ name: 'ink-mask', arguments: { image: picture } })) as {
+      isError?: boolean;
+      content: { type: string; text?: string; data?: string }[];
+      structuredContent?: { images: { coverage: Record<string, number> }[] };
+    };
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    const coverage = result.structuredContent?.images[0]?.coverage ?? {};
+    assert.deepEqual(Object.keys(coverage).sort(), ['ink', 'paper']);
+    assert.ok(Math.abs((coverage.ink ?? 0) + (coverage.paper ?? 0) - 1) < 1e-3);
+    assert.match(result.content[0]?.text ?? '', /^mask: 16x16, (paper|ink) 0\.\d+, (paper|ink) 0\.\d+/);
+    const check = worst('ink-mask', result.content.find((c) => c.type === 'image')?.data as string);
+    assert.equal(check.worst, 0, 'the ink pixels are the coloured ones');
   });
 });

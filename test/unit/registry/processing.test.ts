@@ -99,7 +99,7 @@ test('a classification output names a [batch, classes] output', () => {
   const outputs = [...base.outputs, { name: 'features', dtype: 'float32', shape: [-1, 4, 4] }];
   assert.match(
     issues({ inputs: { image: imagenet }, output: { type: 'classification' } }, { outputs }),
-    /processing\.output\.tensor: the model has several outputs: name the one holding the class scores/,
+    /processing\.output\.tensor: the model has several outputs: name the one the classification answer is made of/,
   );
   assert.match(
     issues({ inputs: { image: imagenet }, output: { type: 'classification', tensor: 'features' } }, { outputs }),
@@ -211,5 +211,26 @@ test('a handler makes the model inputs itself: only its "module:Class" form is c
   assert.match(
     issues({ ...handled, handler: 'handler.py' }),
     /processing\.handler: a handler is "module:Class", the module a \.py file in the version folder/,
+  );
+});
+
+test('image and mask outputs name a picture-shaped output', () => {
+  const image = { inputs: { image: imagenet }, output: { type: 'image' } };
+  assert.doesNotThrow(() =>
+    parseModelConfig(
+      { ...base, outputs: [{ name: 'p', dtype: 'float32', shape: [-1, 3, 64, 64] }], processing: image },
+      'c',
+    ),
+  );
+  assert.match(
+    issues(image, { outputs: [{ name: 'p', dtype: 'float32', shape: [-1, 2, 64, 64] }] }),
+    /processing\.output\.tensor: an image output has 1, 3 or 4 channels, laid out CHW; "p" has shape \[-1, 2, 64, 64\]/,
+  );
+  assert.match(
+    issues(
+      { inputs: { image: imagenet }, output: { type: 'mask' } },
+      { outputs: [{ name: 'm', dtype: 'float32', shape: [-1, 64, 64] }] },
+    ),
+    /a mask is \[batch, height, width\] integer class ids or \[batch, classes, height, width\] scores; "m" has shape \[-1, 64, 64\] \(float32\)/,
   );
 });
