@@ -8,7 +8,7 @@ import { asTensorgateError, type ErrorCode, tgError } from '../errors.js';
 import type { Gateway, TensorInferenceResult } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
 import type { RateLimiter } from '../security/rate-limit.js';
-import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
+import { bytesSource, serialisedBytesSource } from '../tensor/bytes-tensor.js';
 import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
@@ -182,21 +182,7 @@ function bytesInput(name: string, input: InferRequestMessage['inputs'][number], 
     throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
   }
   const count = numel(shape);
-  if (raw) {
-    try {
-      splitBytes(raw, count);
-    } catch (err) {
-      throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
-    }
-    return {
-      dtype: 'uint8',
-      shape: [count],
-      byteLength: raw.byteLength,
-      bytes: true,
-      data: raw,
-      fill: (t) => t.set(raw),
-    };
-  }
+  if (raw) return serialisedBytesSource(name, raw, count);
   const elements = input.contents?.bytes_contents ?? [];
   if (elements.length !== count)
     throw tgError(

@@ -2,7 +2,7 @@ import type { NamedTensor } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorInferenceResult } from '../gateway.js';
 import type { InputForm } from '../requests/decode-inputs.js';
-import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
+import { bytesSource, serialisedBytesSource } from '../tensor/bytes-tensor.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
 import { checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
@@ -82,23 +82,7 @@ function bytesInput(
     if (input.data !== undefined) throw invalid(`input "${name}" has both "data" and binary_data_size`);
     if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0 || cursor + size > body.length)
       throw invalid(`input "${name}": binary_data_size must be a byte count within the body`, { input: name });
-    const data = body.subarray(cursor, cursor + size);
-    try {
-      splitBytes(data, count);
-    } catch (err) {
-      throw tgError('BAD_TENSOR', `input "${name}": ${(err as Error).message}`, { input: name });
-    }
-    return {
-      source: {
-        dtype: 'uint8',
-        shape: [count],
-        byteLength: data.byteLength,
-        bytes: true,
-        data,
-        fill: (t) => t.set(data),
-      },
-      consumed: size,
-    };
+    return { source: serialisedBytesSource(name, body.subarray(cursor, cursor + size), count), consumed: size };
   }
   const data = input.data;
   const strings = Array.isArray(data) ? data.flat(Number.POSITIVE_INFINITY) : [data];

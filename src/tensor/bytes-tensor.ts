@@ -28,6 +28,20 @@ export function bytesSource(items: Uint8Array[]): TensorSource {
   };
 }
 
+/**
+ * A BYTES tensor source over data already serialised (an OIP v2 binary body's slice, gRPC's raw
+ * contents), checked to hold exactly `count` items; it is copied into the arena as it is. The
+ * error names the input.
+ */
+export function serialisedBytesSource(input: string, data: Uint8Array, count: number): TensorSource {
+  try {
+    splitBytes(data, count);
+  } catch (err) {
+    throw tgError('BAD_TENSOR', `input "${input}": ${(err as Error).message}`, { input });
+  }
+  return { dtype: 'uint8', shape: [count], byteLength: data.byteLength, bytes: true, data, fill: (t) => t.set(data) };
+}
+
 /** The items of serialised BYTES data; `count` when the shape says how many there must be. */
 export function splitBytes(data: Uint8Array, count?: number): Uint8Array[] {
   const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
