@@ -83,6 +83,8 @@ export interface InferenceResult {
   answers?: unknown[];
   /** Models with an image or mask output: a PNG per item. */
   images?: RenderedImage[];
+  /** Models with a text output: each item's token ids, decoded. */
+  texts?: string[];
   timings: StageTimings;
   notes: string[];
 }
@@ -523,7 +525,9 @@ export class Gateway {
       outputs,
       ...(predictions ? { predictions } : {}),
       ...(embedding ? { embedding } : {}),
-      ...(run.answers ? { answers: run.answers } : {}),
+      // A text output's answers are its decoded texts; a handler's are its own.
+      ...(run.answers && processed?.type === 'text' ? { texts: run.answers as string[] } : {}),
+      ...(run.answers && processed?.type !== 'text' ? { answers: run.answers } : {}),
       ...(images ? { images } : {}),
       timings: run.finish(encodeStart, postprocessed),
       notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),

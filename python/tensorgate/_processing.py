@@ -290,27 +290,9 @@ class TextSteps:
     def from_json(
         cls, name: str, raw: dict[str, Any], dtypes: dict[str, str], version_dir: Path
     ) -> TextSteps:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:  # pragma: no cover - a runtime requirement
-            raise WorkerError(
-                BAD_PARAMETER,
-                "text processing needs the tokenizers package in the worker's Python "
-                "(pip install tokenizers)",
-            ) from None
         field = f"processing.inputs.{name}.tokenizer"
         path = version_dir / str(raw.get("tokenizer", "tokenizer.json"))
-        if not path.is_file():
-            raise WorkerError(
-                LOAD_FAILED,
-                f"{field}: no tokenizer file {path}; save the model's tokenizer there "
-                '(tokenizer.save_pretrained writes "tokenizer.json")',
-            )
-        try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
-            message = f"{field}: {path} is not a tokenizer.json: {exc}"
-            raise WorkerError(LOAD_FAILED, message) from None
+        tokenizer = _tokenizer(field, path)
         max_length = int(raw.get("max_length", 512))
         refuse = raw.get("truncation", "truncate") == "refuse"
         if refuse:
@@ -371,6 +353,43 @@ class TextSteps:
             tensor: torch.tensor(fields[role], dtype=self.dtypes[tensor])
             for role, tensor in self.tensors.items()
         }
+
+
+def _tokenizer(field: str, path: Path) -> Any:
+    """A tokenizer.json, or LOAD_FAILED naming the config field that points at it."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:  # pragma: no cover - a runtime requirement
+        raise WorkerError(
+            BAD_PARAMETER,
+            "text processing needs the tokenizers package in the worker's Python "
+            "(pip install tokenizers)",
+        ) from None
+    if not path.is_file():
+        raise WorkerError(
+            LOAD_FAILED,
+            f"{field}: no tokenizer file {path}; save the model's tokenizer there "
+            '(tokenizer.save_pretrained writes "tokenizer.json")',
+        )
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
+        message = f"{field}: {path} is not a tokenizer.json: {exc}"
+        raise WorkerError(LOAD_FAILED, message) from None
+
+
+class TextOutput:
+    """A text output: each item's token ids decoded by the model's tokenizer."""
+
+    def __init__(self, raw: dict[str, Any], first_output: str, version_dir: Path) -> None:
+        path = version_dir / str(raw.get("tokenizer", "tokenizer.json"))
+        self.tokenizer = _tokenizer("processing.output.tokenizer", path)
+        self.tensor = str(raw.get("tensor") or first_output)
+        self.skip_special_tokens = bool(raw.get("skip_special_tokens", True))
+
+    def decode(self, outputs: dict[str, torch.Tensor]) -> list[str]:
+        ids = outputs[self.tensor].to("cpu", torch.int64).tolist()
+        return self.tokenizer.decode_batch(ids, skip_special_tokens=self.skip_special_tokens)
 
 
 def _pad_id(tokenizer: Any) -> int:
@@ -501,11 +520,21 @@ class Processing:
     model's own handler."""
 
     def __init__(
-        self, raw: object, model_inputs: dict[str, tuple[str, int]], version_dir: Path
+        self,
+        raw: object,
+        model_inputs: dict[str, tuple[str, int]],
+        version_dir: Path,
+        first_output: str = "",
     ) -> None:
         """``model_inputs``: each model input's dtype name and rank."""
         if not isinstance(raw, dict):
             raise WorkerError(BAD_PARAMETER, "processing must be an object")
+        output = raw.get("output")
+        self.text_output = (
+            TextOutput(output, first_output, version_dir)
+            if isinstance(output, dict) and output.get("type") == "text"
+            else None
+        )
         dtypes = {name: dtype for name, (dtype, _) in model_inputs.items()}
         self.steps: dict[str, ImageSteps | TextSteps | AudioSteps] = {}
         self.handler = Handler(str(raw["handler"]), version_dir) if raw.get("handler") else None

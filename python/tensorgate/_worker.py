@@ -156,7 +156,10 @@ class Worker:
         torch.set_num_threads(max(1, spec.threads))
         if spec.processing is not None:
             model_inputs = {s.name: (NAMES[s.dtype], len(s.shape)) for s in spec.inputs}
-            self.processing = Processing(spec.processing, model_inputs, Path(spec.code_dir))
+            first_output = spec.outputs[0].name if spec.outputs else ""
+            self.processing = Processing(
+                spec.processing, model_inputs, Path(spec.code_dir), first_output
+            )
         start = time.perf_counter()
         model = load_model(spec)
         loaded = time.perf_counter()
@@ -227,6 +230,8 @@ class Worker:
         if handler is not None and handler.answers:
             rows = len(next(iter(items.values()), []))
             answers = handler.postprocess({s.name: t for s, t in outputs}, items, rows)
+        elif self.processing is not None and self.processing.text_output is not None:
+            answers = self.processing.text_output.decode({s.name: t for s, t in outputs})
         t_post = time.perf_counter()
         written: list[Message] = []
         try:

@@ -66,11 +66,21 @@ const ImagesAnswerOut = z.object({
   timings: TimingsOut,
 });
 
+const TextsAnswerOut = z.object({
+  request_id: z.string(),
+  model: z.string(),
+  version: z.string(),
+  texts: z.array(z.string()).describe("per item, the model's tokens decoded"),
+  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
+  timings: TimingsOut,
+});
+
 const outputSchemas = {
   classification: ClassificationOut,
   embedding: EmbeddingAnswerOut,
   image: ImagesAnswerOut,
   mask: ImagesAnswerOut,
+  text: TextsAnswerOut,
   none: InferOut,
 };
 
@@ -105,7 +115,9 @@ function definitionOf(config: ModelConfig): Definition {
           ? 'Answers a PNG image per item'
           : output?.type === 'mask'
             ? "Answers a PNG mask per item, a colour per class, with each class's share of the pixels"
-            : 'Answers the model outputs';
+            : output?.type === 'text'
+              ? 'Answers a text per item'
+              : 'Answers the model outputs';
   definition = {
     title: processing.tool.title ?? `${config.name} (model)`,
     description:
@@ -147,11 +159,12 @@ function inputSchema(input: ProcessedInputConfig): z.ZodType {
 
 /** The answer of a model's tool: labels or an embedding's handle first, then the stages' times. */
 function answerResult(result: InferenceResult): CallToolResult {
-  const { predictions, embedding, images } = result;
+  const { predictions, embedding, images, texts } = result;
   const lines = [
     ...(predictions ? predictionLines(predictions) : []),
     ...(embedding ? [embeddingLine(embedding)] : []),
     ...(images ? imageLines(images) : []),
+    ...(texts ?? []),
     timingsLine(result.timings),
   ];
   const pictures = images ? imageContent(images) : undefined;
@@ -178,6 +191,7 @@ function answerResult(result: InferenceResult): CallToolResult {
       ...(predictions ? { predictions } : {}),
       ...(embedding ? { embedding } : {}),
       ...(pictures ? { images: pictures.structured } : {}),
+      ...(texts ? { texts } : {}),
       batch_size: result.batch_size,
       timings: result.timings,
     },

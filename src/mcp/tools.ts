@@ -166,6 +166,7 @@ export const InferOut = z.object({
   embedding: EmbeddingOut.optional(),
   answers: z.array(z.unknown()).optional().describe("the model's processing handler: its answer per item"),
   images: ImagesOut.optional(),
+  texts: z.array(z.string()).optional().describe("a text output: each item's tokens, decoded"),
   timings: TimingsOut,
   notes: z.array(z.string()),
 });
@@ -361,6 +362,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
     ...(result.embedding ? [embeddingLine(result.embedding)] : []),
     ...(result.answers ?? []).map((a, i, all) => `${all.length > 1 ? `item ${i}: ` : ''}${JSON.stringify(a)}`),
     ...(result.images ? imageLines(result.images) : []),
+    ...(result.texts ?? []),
     `${result.model}@${result.version} (${result.variant}): ${result.outputs.map((o) => o.text).join('; ')}`,
     timingsLine(result.timings),
     ...result.notes,
@@ -389,6 +391,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
       ...(result.embedding ? { embedding: result.embedding } : {}),
       ...(result.answers ? { answers: result.answers } : {}),
       ...(pictures ? { images: pictures.structured } : {}),
+      ...(result.texts ? { texts: result.texts } : {}),
       timings: result.timings,
       notes: result.notes,
     },

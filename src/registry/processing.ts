@@ -161,11 +161,31 @@ export const MaskOutputSchema = z
   .strict();
 export type MaskOutputConfig = z.infer<typeof MaskOutputSchema>;
 
+/** Token ids per item (a generator, a translator), decoded to text by the model's tokenizer. */
+export const TextOutputSchema = z
+  .object({
+    type: z.literal('text'),
+    /** The model output holding [batch, tokens] ids; the only output when absent. */
+    tensor: z.string().optional(),
+    /** The tokenizer's file, relative to the version folder. */
+    tokenizer: z
+      .string()
+      .refine((f) => !f.startsWith('/') && !f.split(/[\\/]/).includes('..'), {
+        message: 'the tokenizer is a file in the version folder, such as "tokenizer.json"',
+      })
+      .default('tokenizer.json'),
+    /** Leave out [CLS], [SEP], padding and the other special tokens. */
+    skip_special_tokens: z.boolean().default(true),
+  })
+  .strict();
+export type TextOutputConfig = z.infer<typeof TextOutputSchema>;
+
 export const ProcessedOutputSchema = z.discriminatedUnion('type', [
   ClassificationOutputSchema,
   EmbeddingOutputSchema,
   ImageOutputSchema,
   MaskOutputSchema,
+  TextOutputSchema,
 ]);
 export type ProcessedOutputConfig = z.infer<typeof ProcessedOutputSchema>;
 
@@ -291,6 +311,10 @@ function outputIssues(processing: ProcessingConfig, outputs: TensorSpec[]): Issu
         ? []
         : issue(`an image output has 1, 3 or 4 channels, laid out ${output.layout}; ${shape}`);
     }
+    case 'text':
+      return spec.shape.length === 2 && ['int64', 'int32'].includes(spec.dtype)
+        ? []
+        : issue(`a text output is [batch, tokens] int64 or int32 token ids; ${shape} (${spec.dtype})`);
     case 'mask':
       return (spec.shape.length === 3 && !floating) || (spec.shape.length === 4 && floating)
         ? []

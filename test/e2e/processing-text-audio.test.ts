@@ -350,3 +350,28 @@ describe("a model's own processing handler (processing.handler)", () => {
     assert.notEqual(again.isError, true, 'the worker serves on');
   });
 });
+
+describe('a text output: token ids decoded by the model tokenizer', () => {
+  let server: Connected;
+  const fixture = join(ROOT, 'test/fixtures/text_output_model.py');
+  const tokenizer = join(models, 'intents', '1', 'tokenizer.json');
+  before(async () => {
+    const repo = mkdtempSync(join(tmpdir(), 'tg-text-out-'));
+    execFileSync(PYTHON, [fixture, repo, tokenizer]);
+    server = await connect('stdio', undefined, [], repo);
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it("answers each item's tokens decoded, padding and special tokens left out", async () => {
+    const texts = ['play some jazz music', 'what is the weather like in paris tomorrow', 'hi'];
+    const expected = JSON.parse(execFileSync(PYTHON, [fixture, 'expect', tokenizer, ...texts], { encoding: 'utf8' }));
+    const result = await tool(server.client, 'reverse', { text: texts });
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    const { texts: answered } = result.structuredContent as { texts: string[] };
+    assert.deepEqual(answered, expected);
+    assert.equal(answered[0], 'music jazz some play');
+    assert.match(result.content[0]?.text ?? '', /^music jazz some play\n/);
+  });
+});

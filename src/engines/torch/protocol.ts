@@ -115,7 +115,7 @@ export interface LoadRequestModel {
   /** Batch sizes a compiled variant is warmed up for, besides 1, 2 and the maximum. */
   preferred_batch_sizes: number[];
   /** How BYTES inputs become the model's tensors (the config's processing.inputs, or its handler). */
-  processing?: { inputs: ProcessingConfig['inputs']; handler?: string };
+  processing?: { inputs: ProcessingConfig['inputs']; handler?: string; output?: ProcessingConfig['output'] };
 }
 
 /** The `model` object of a `load` request for one version of a model folder (also what the exporters take). */
@@ -151,6 +151,8 @@ export function loadRequestModel(config: ModelConfig, version: string, dir: stri
           processing: {
             inputs: workerProcessing(config.processing, config.inputs),
             ...(config.processing.handler ? { handler: config.processing.handler } : {}),
+            // Token ids are decoded in the worker, by the tokenizer file next to the model.
+            ...(config.processing.output?.type === 'text' ? { output: config.processing.output } : {}),
           },
         }
       : {}),

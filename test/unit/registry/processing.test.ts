@@ -234,3 +234,13 @@ test('image and mask outputs name a picture-shaped output', () => {
     /a mask is \[batch, height, width\] integer class ids or \[batch, classes, height, width\] scores; "m" has shape \[-1, 64, 64\] \(float32\)/,
   );
 });
+
+test('a text output names a [batch, tokens] integer output', () => {
+  assert.match(
+    issues(
+      { inputs: { image: imagenet }, output: { type: 'text' } },
+      { outputs: [{ name: 'ids', dtype: 'float32', shape: [-1, -1] }] },
+    ),
+    /processing\.output\.tensor: a text output is \[batch, tokens\] int64 or int32 token ids; "ids" has shape \[-1, -1\] \(float32\)/,
+  );
+});
