@@ -96,6 +96,36 @@ def save_state_dict(module: torch.nn.Module, path: Path) -> None:
     torch.save(module.state_dict(), str(path))
 
 
+def fit_classifier(
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    labels: torch.Tensor,
+    gen: torch.Generator,
+    *,
+    epochs: int,
+    batch_size: int = 64,
+    rows: torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+) -> None:
+    """Trains a demo classifier with Adam (lr 3e-3) on shuffled minibatches of ``rows`` (all by
+    default), the shuffles drawn from ``gen`` so that every build writes the same weights; leaves
+    it in eval mode."""
+    rows = torch.arange(len(labels)) if rows is None else rows
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(epochs):
+        order = rows[torch.randperm(len(rows), generator=gen)]
+        for i in range(0, len(order), batch_size):
+            batch = order[i : i + batch_size]
+            opt.zero_grad()
+            logits = model(*(t[batch] for t in inputs))
+            loss = torch.nn.functional.cross_entropy(
+                logits, labels[batch], label_smoothing=label_smoothing
+            )
+            loss.backward()
+            opt.step()
+    model.eval()
+
+
 def spec(name: str, dtype: str, shape: list[int], **extra: Any) -> dict[str, Any]:
     return {"name": name, "dtype": dtype, "shape": shape, **extra}
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from _model_repo import save_export, small_config, spec, write_config
+from _model_repo import fit_classifier, save_export, small_config, spec, write_config
 
 SEED = 0
 DTMF_RATE, DTMF_LENGTH = 8000, 4000  # the model hears 0.5 s at 8 kHz
@@ -160,15 +160,7 @@ def build_dtmf(out: Path) -> None:
     x_held_out = dtmf_tones(y_held_out, gen)
     torch.manual_seed(SEED)
     model = DtmfClassifier()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(10):
-        order = torch.randperm(len(y), generator=gen)
-        for i in range(0, len(order), 64):
-            batch = order[i : i + 64]
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-            opt.step()
-    model.eval()
+    fit_classifier(model, (x,), y, gen, epochs=10)
     with torch.no_grad():
         accuracy = (model(x_held_out).argmax(-1) == y_held_out).float().mean().item()
     print(f"dtmf: held-out accuracy {accuracy:.3f} on {len(y_held_out)} synthetic recordings")

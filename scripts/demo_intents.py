@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from _model_repo import save_export, small_config, spec, write_config
+from _model_repo import fit_classifier, save_export, small_config, spec, write_config
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -494,18 +494,7 @@ def build_intents(out: Path) -> None:
     gen = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
     model = IntentClassifier(tokenizer.get_vocab_size(), len(INTENT_LABELS))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(10):
-        order = torch.randperm(len(y), generator=gen)
-        for i in range(0, len(order), 32):
-            batch = order[i : i + 32]
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(
-                model(ids[batch], mask[batch]), y[batch], label_smoothing=0.1
-            )
-            loss.backward()
-            opt.step()
-    model.eval()
+    fit_classifier(model, (ids, mask), y, gen, epochs=10, batch_size=32, label_smoothing=0.1)
     texts = [text for text, _ in held_out]
     y_held_out = torch.tensor([intent for _, intent in held_out])
     with torch.no_grad():

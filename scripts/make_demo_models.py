@@ -46,6 +46,7 @@ from torch import nn
 
 from _model_repo import (
     CODE_DIR,
+    fit_classifier,
     install_code,
     save_export,
     save_state_dict,
@@ -217,15 +218,7 @@ def build_digits(out: Path) -> None:
     train, held_out = perm[:split], perm[split:]
     torch.manual_seed(SEED)
     model = DigitsCnn()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(40):
-        order = train[torch.randperm(len(train), generator=gen)]
-        for i in range(0, len(order), 64):
-            batch = order[i : i + 64]
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-            opt.step()
-    model.eval()
+    fit_classifier(model, (x,), y, gen, epochs=40, rows=train)
     with torch.no_grad():
         accuracy = (model(x[held_out]).argmax(-1) == y[held_out]).float().mean().item()
     print(f"digits: held-out accuracy {accuracy:.3f} on {len(held_out)} scans")
