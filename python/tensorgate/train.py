@@ -560,8 +560,9 @@ class Run:
 
 def _host_value(value: object) -> float:
     """A host tensor, numpy value or bool as a float (the mean when it has several elements)."""
-    if hasattr(value, "detach"):  # a CPU tensor
-        return float(value) if value.numel() == 1 else float(value.detach().float().mean())
+    if hasattr(value, "detach"):  # a CPU tensor; detached, as a loss that needs grad warns
+        value = value.detach()
+        return float(value) if value.numel() == 1 else float(value.float().mean())
     mean = getattr(value, "mean", None)  # numpy arrays and scalars
     return float(mean()) if mean is not None and getattr(value, "size", 1) != 1 else float(value)
 

@@ -51,10 +51,18 @@ export async function startTrainingServer(work: string, runsDir: string, auditLo
   return { client, transport, close: () => client.close() };
 }
 
+export interface TrainerExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** Its stdout's JSON lines (the run id, the step it stopped at). */
+  lines: Record<string, unknown>[];
+  stderr: string;
+}
+
 export interface Trainer {
   child: ChildProcess;
   runId: Promise<string>;
-  exited: Promise<{ code: number | null; lines: Record<string, unknown>[] }>;
+  exited: Promise<TrainerExit>;
   out: string;
   /** The per-step records the loop wrote so far. */
   records: () => { step: number; lr: number; momentum: number; hparams: Record<string, unknown> }[];
@@ -87,8 +95,9 @@ export function startTrainer(
     child.once('exit', (code) => reject(new Error(`trainer exited (${code}) before attaching: ${stderr}`)));
   });
   runId.catch(() => {});
-  const exited = new Promise<{ code: number | null; lines: Record<string, unknown>[] }>((resolve) =>
-    child.once('exit', (code) => resolve({ code, lines })),
+  const exited = new Promise<TrainerExit>((resolve) =>
+    // 'close', not 'exit': by then stderr has been read to its end.
+    child.once('close', (code, signal) => resolve({ code, signal, lines, stderr })),
   );
   // The trainer creates its output file at its first step: until then there are no records yet.
   // A line still being written is not a record yet either.
