@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AuditLog } from './audit/audit-log.js';
 import type { GatewayConfig } from './config.js';
-import type { Engine, NamedTensor, VariantReport } from './engines/engine.js';
+import type { Engine, ImageGeometry, NamedTensor, VariantReport } from './engines/engine.js';
 import { OnnxEngine } from './engines/onnx/onnx-engine.js';
 import { RemoteEngine } from './engines/remote/remote-engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
@@ -20,6 +20,7 @@ import type { Adapter, RequestObserver } from './observability/request-observer.
 import { defaultVersion, type ModelConfig } from './registry/model-config.js';
 import type {
   ClassificationOutputConfig,
+  DetectionOutputConfig,
   EmbeddingOutputConfig,
   ImageOutputConfig,
   MaskOutputConfig,
@@ -29,6 +30,7 @@ import { readModelDir, scanRepository } from './registry/repository.js';
 import { classify, type Prediction } from './requests/classify.js';
 import { type DecodedInput, decodeInputs, type InputForm, preparedInputs } from './requests/decode-inputs.js';
 import { decodeProcessedInputs, preparedProcessedInputs } from './requests/decode-processed.js';
+import { type DetectionAnswer, detect } from './requests/detect.js';
 import { type EmbeddingAnswer, embedRows } from './requests/embed.js';
 import type { InferenceRequest } from './requests/inference-request.js';
 import { parseParameters } from './requests/parameters.js';
@@ -79,6 +81,8 @@ export interface InferenceResult {
   predictions?: Prediction[][];
   /** Models with an embedding output: what the vectors behind the output's handle are. */
   embedding?: EmbeddingAnswer;
+  /** Models with a detection output: per image, the objects found, in the image's own pixels. */
+  detections?: DetectionAnswer[];
   /** Models with a processing handler that answers: its answer per item. */
   answers?: unknown[];
   /** Models with an image or mask output: a PNG per item. */
@@ -503,6 +507,7 @@ export class Gateway {
     const processed = run.config.processing?.output;
     const predictions = processed?.type === 'classification' ? this.predictions(run, processed) : undefined;
     const embedded = processed?.type === 'embedding' ? this.embedding(run, processed) : undefined;
+    const detections = processed?.type === 'detection' ? this.detections(run, processed) : undefined;
     const images = processed?.type === 'image' || processed?.type === 'mask' ? this.images(run, processed) : undefined;
     const postprocessed = processed ? performance.now() - postprocessStart : undefined;
     const encodeStart = performance.now();
@@ -525,6 +530,7 @@ export class Gateway {
       outputs,
       ...(predictions ? { predictions } : {}),
       ...(embedding ? { embedding } : {}),
+      ...(detections ? { detections } : {}),
       // A text output's answers are its decoded texts; a handler's are its own.
       ...(run.answers && processed?.type === 'text' ? { texts: run.answers as string[] } : {}),
       ...(run.answers && processed?.type !== 'text' ? { answers: run.answers } : {}),
@@ -544,6 +550,30 @@ export class Gateway {
     if (!scores) return undefined;
     const labels = run.config.outputs.find((o) => o.name === name)?.labels;
     return classify(scores, labels, output, { topK: run.topK, threshold: run.threshold });
+  }
+
+  /** A detection output's objects per image. */
+  private detections(
+    run: {
+      config: ModelConfig;
+      outputs: NamedTensor[];
+      threshold?: number;
+      geometry?: Record<string, ImageGeometry[]>;
+    },
+    output: DetectionOutputConfig,
+  ): DetectionAnswer[] | undefined {
+    const tensor = (name: string | undefined) => run.outputs.find((o) => o.name === name)?.tensor;
+    const boxes = tensor(output.boxes);
+    const scores = tensor(output.scores);
+    if (!boxes || !scores) return undefined;
+    const image =
+      output.image ??
+      Object.entries(run.config.processing?.inputs ?? {}).find(([, input]) => input.type === 'image')?.[0] ??
+      '';
+    const labels = run.config.outputs.find((o) => o.name === (output.labels ?? output.scores))?.labels;
+    return detect({ boxes, scores, classes: tensor(output.labels) }, run.geometry?.[image] ?? [], labels, output, {
+      threshold: run.threshold,
+    });
   }
 
   /** An image or mask output's PNG per item. */
@@ -670,6 +700,7 @@ export class Gateway {
       batch_size: response.batchSize,
       outputs: response.outputs,
       answers: response.answers,
+      geometry: response.geometry,
       /** The stage timings, with encoding counted from `encodeStart` to now. */
       finish: (encodeStart: number, gatewayPostprocessMs?: number): StageTimings => {
         const end = performance.now();

@@ -111,6 +111,34 @@ _INTERPOLATION = {
 
 
 @dataclass(frozen=True)
+class Geometry:
+    """Where an image item's model-input pixels come from in the image as it was sent (upright,
+    after its EXIF orientation): the model-input point (x, y) is ((x + left) * scale_x,
+    (y + top) * scale_y) there. Detection outputs map their boxes back with it."""
+
+    width: int
+    height: int
+    input_width: int
+    input_height: int
+    left: float
+    top: float
+    scale_x: float
+    scale_y: float
+
+    def json(self) -> dict[str, float]:
+        return {
+            "width": self.width,
+            "height": self.height,
+            "input_width": self.input_width,
+            "input_height": self.input_height,
+            "left": self.left,
+            "top": self.top,
+            "scale_x": self.scale_x,
+            "scale_y": self.scale_y,
+        }
+
+
+@dataclass(frozen=True)
 class ImageSteps:
     """One image input's processing, as the gateway validated it (src/registry/processing.ts)."""
 
@@ -163,9 +191,9 @@ class ImageSteps:
     def channels(self) -> int:
         return 1 if self.mode == "L" else 3
 
-    def decode(self, index: int, data: memoryview) -> np.ndarray:
+    def decode(self, index: int, data: memoryview) -> tuple[np.ndarray, Geometry]:
         """One item to uint8 pixels, height x width x channels, after orientation, mode, resize
-        and crop."""
+        and crop; and where those pixels lie in the image as sent."""
         where = f'input "{self.name}" item {index}'
         if len(data) == 0:
             raise WorkerError(BAD_IMAGE, f"{where}: the image is empty (0 bytes)")
@@ -216,7 +244,8 @@ class ImageSteps:
         finally:
             image.close()
 
-    def _pixels(self, image: Any) -> np.ndarray:
+    def _pixels(self, image: Any) -> tuple[np.ndarray, Geometry]:
+        width, height = image.size
         if image.mode != self.mode:
             # Transparent pixels over white, as a viewer shows them, not over their hidden colour.
             if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
@@ -228,29 +257,37 @@ class ImageSteps:
             image = ImageOps.invert(image)
         resample = getattr(Image.Resampling, self.interpolation)
         if self.resize_size is not None:
-            height, width = self.resize_size
-            image = image.resize((width, height), resample)
+            to_height, to_width = self.resize_size
+            image = image.resize((to_width, to_height), resample)
         elif self.resize_shorter is not None:
-            width, height = image.size
             short = self.resize_shorter
             if width <= height:
                 size = (short, int(short * height / width))
             else:
                 size = (int(short * width / height), short)
             image = image.resize(size, resample)
+        scale_x, scale_y = width / image.width, height / image.height
+        left = top = 0
         if self.crop is not None:
-            height, width = self.crop
-            left = int(round((image.width - width) / 2.0))
-            top = int(round((image.height - height) / 2.0))
+            crop_height, crop_width = self.crop
+            left = int(round((image.width - crop_width) / 2.0))
+            top = int(round((image.height - crop_height) / 2.0))
             # An image smaller than the crop is padded with black, as torchvision pads it.
-            image = image.crop((left, top, left + width, top + height))
+            image = image.crop((left, top, left + crop_width, top + crop_height))
         pixels = np.asarray(image, dtype=np.uint8)
-        return pixels[:, :, None] if pixels.ndim == 2 else pixels
+        geometry = Geometry(width, height, image.width, image.height, left, top, scale_x, scale_y)
+        return (pixels[:, :, None] if pixels.ndim == 2 else pixels), geometry
 
-    def batch(self, items: list[memoryview]) -> torch.Tensor:
+    def batch(
+        self, items: list[memoryview], geometry: list[Geometry] | None = None
+    ) -> torch.Tensor:
         """The model's input tensor for the items: decoded into one uint8 batch, then scaled,
-        normalised and laid out in one vectorised pass."""
-        pixels = [self.decode(index, data) for index, data in enumerate(items)]
+        normalised and laid out in one vectorised pass. Each item's geometry is appended to
+        ``geometry`` when one is given."""
+        decoded = [self.decode(index, data) for index, data in enumerate(items)]
+        pixels = [p for p, _ in decoded]
+        if geometry is not None:
+            geometry.extend(g for _, g in decoded)
         shapes = {p.shape for p in pixels}
         if len(shapes) > 1:
             raise WorkerError(
@@ -530,6 +567,8 @@ class Processing:
         if not isinstance(raw, dict):
             raise WorkerError(BAD_PARAMETER, "processing must be an object")
         output = raw.get("output")
+        #: Detection boxes are mapped back to each image as sent, which needs its geometry.
+        self.wants_geometry = isinstance(output, dict) and output.get("type") == "detection"
         self.text_output = (
             TextOutput(output, first_output, version_dir)
             if isinstance(output, dict) and output.get("type") == "text"
@@ -586,11 +625,18 @@ class Processing:
         assert self.handler is not None
         return self.handler.preprocess(items, self.dtypes)
 
-    def tensors(self, name: str, items: list[memoryview]) -> dict[str, torch.Tensor]:
-        """The model inputs ``name``'s items make, by model input name."""
+    def tensors(
+        self,
+        name: str,
+        items: list[memoryview],
+        geometry: dict[str, list[Geometry]] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """The model inputs ``name``'s items make, by model input name; an image input's items'
+        geometry goes into ``geometry[name]`` when one is given."""
         steps = self.steps.get(name)
         if steps is None:
             raise WorkerError(BAD_TENSOR, f'input "{name}" is BYTES but has no processing')
         if isinstance(steps, ImageSteps):
-            return {steps.tensor: steps.batch(items)}
+            where = geometry.setdefault(name, []) if geometry is not None else None
+            return {steps.tensor: steps.batch(items, where)}
         return steps.batch(items)

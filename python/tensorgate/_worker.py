@@ -30,7 +30,7 @@ from ._errors import (
     WorkerError,
 )
 from ._loader import ModelSpec, load_model, supported_formats
-from ._processing import Processing, split_items
+from ._processing import Geometry, Processing, split_items
 from ._runner import Runner
 from ._variants import VariantOptions
 
@@ -217,7 +217,10 @@ class Worker:
         variant = runner.variants.get(parameters.get("precision") or "fp32")  # type: ignore[union-attr]
 
         t0 = time.perf_counter()
-        inputs, items = self._inputs(headers, runner)
+        geometry: dict[str, list[Geometry]] | None = (
+            {} if self.processing is not None and self.processing.wants_geometry else None
+        )
+        inputs, items = self._inputs(headers, runner, geometry)
         preprocess_ms = _ms(t0, time.perf_counter())
         t0 = time.perf_counter()
         inputs = runner.to_device(inputs)
@@ -254,6 +257,11 @@ class Worker:
         return {
             "outputs": written,
             **({"answers": answers} if answers is not None else {}),
+            **(
+                {"geometry": {k: [g.json() for g in v] for k, v in geometry.items()}}
+                if geometry
+                else {}
+            ),
             "timings": {
                 "h2d_ms": _ms(t0, t1),
                 "compute_ms": _ms(t1, t2),
@@ -264,11 +272,15 @@ class Worker:
         }
 
     def _inputs(
-        self, headers: list[Message], runner: Runner
+        self,
+        headers: list[Message],
+        runner: Runner,
+        geometry: dict[str, list[Geometry]] | None = None,
     ) -> tuple[list[torch.Tensor], dict[str, list[bytes]]]:
         """The model's inputs in its declared order: tensors viewed in the arena as they are,
         BYTES inputs (image files, texts, recordings) decoded by the model's processing; and,
-        for a model with a handler, the items it was given (its postprocess sees them again)."""
+        for a model with a handler, the items it was given (its postprocess sees them again).
+        Image items' geometry goes into ``geometry`` when one is given."""
         by_name: dict[str, torch.Tensor] = {}
         handed: dict[str, list[bytes]] = {}
         for h in headers:
@@ -290,7 +302,7 @@ class Worker:
                 if self.processing.handler is not None:
                     handed[str(h.get("name"))] = [bytes(item) for item in items]
                 else:
-                    by_name.update(self.processing.tensors(str(h.get("name")), items))
+                    by_name.update(self.processing.tensors(str(h.get("name")), items, geometry))
             finally:
                 # The decoded tensors are copies: the arena views go now, so a remap can retire
                 # the old mapping.

@@ -200,3 +200,50 @@ def test_processing_maps_processed_inputs_to_model_inputs(tmp_path: Path) -> Non
             {"pixels": ("float32", 4)},
             tmp_path,
         )
+
+
+def test_geometry_says_where_the_model_pixels_lie_in_the_image_as_sent() -> None:
+    """A 48x36 picture resized (shorter side 24: 32x24) and cropped to 20x20 from the middle; a
+    sideways JPEG whose EXIF orientation stands it upright is measured upright."""
+    geometry: list = []
+    batch = steps(IMAGENET).batch([encode(picture(), "PNG")], geometry)
+    assert batch.shape == (1, 3, 20, 20)
+    assert [g.json() for g in geometry] == [
+        {
+            "width": 48,
+            "height": 36,
+            "input_width": 20,
+            "input_height": 20,
+            "left": 6,
+            "top": 2,
+            "scale_x": 1.5,
+            "scale_y": 1.5,
+        }
+    ]
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    sideways = encode(picture(36, 48), "JPEG", exif=exif)
+    upright = steps({"type": "image", "resize": {"size": [12, 16]}}).batch([sideways], geometry)
+    assert upright.shape == (1, 3, 12, 16)
+    assert geometry[1].json() == {
+        "width": 48,
+        "height": 36,
+        "input_width": 16,
+        "input_height": 12,
+        "left": 0,
+        "top": 0,
+        "scale_x": 3.0,
+        "scale_y": 3.0,
+    }
+
+
+def test_a_detection_output_asks_the_worker_for_each_image_geometry(tmp_path: Path) -> None:
+    config = {"inputs": {"photo": IMAGENET}, "output": {"type": "detection"}}
+    processing = Processing(config, {"photo": ("float32", 4)}, tmp_path)
+    assert processing.wants_geometry
+    geometry: dict = {}
+    items = [encode(picture(), "PNG"), encode(picture(24, 48), "PNG")]
+    processing.tensors("photo", items, geometry)
+    assert [g.width for g in geometry["photo"]] == [48, 24]
+    plain = Processing({"inputs": {"photo": IMAGENET}}, {"photo": ("float32", 4)}, tmp_path)
+    assert not plain.wants_geometry

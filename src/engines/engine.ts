@@ -37,10 +37,27 @@ export interface EngineTimings {
   postprocessMs?: number;
 }
 
+/**
+ * Where an image item's model-input pixels lie in the image as it was sent (upright): the
+ * model-input point (x, y) is ((x + left) * scale_x, (y + top) * scale_y) there.
+ */
+export interface ImageGeometry {
+  width: number;
+  height: number;
+  input_width: number;
+  input_height: number;
+  left: number;
+  top: number;
+  scale_x: number;
+  scale_y: number;
+}
+
 export interface EngineResponse {
   outputs: NamedTensor[];
   /** A processing handler's answers, one per row. */
   answers?: unknown[];
+  /** Models with a detection output: each image input's geometry, one per row. */
+  geometry?: Record<string, ImageGeometry[]>;
   timings: EngineTimings;
 }
 

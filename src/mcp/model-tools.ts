@@ -2,11 +2,13 @@ import type { CallToolResult, McpServer, RegisteredTool } from '@modelcontextpro
 import { z } from 'zod';
 import type { Gateway, InferenceResult } from '../gateway.js';
 import { defaultVersion, type ModelConfig } from '../registry/model-config.js';
-import type { ProcessedInputConfig } from '../registry/processing.js';
+import type { ProcessedInputConfig, ProcessedOutputConfig } from '../registry/processing.js';
 import { inputForms } from '../requests/decode-processed.js';
 import { requestSignal } from './connection-signal.js';
 import { callerOf, errorResult } from './results.js';
 import {
+  DetectionsOut,
+  detectionLines,
   EmbeddingOut,
   embeddingLine,
   ImagesOut,
@@ -39,48 +41,27 @@ interface Definition {
 
 const definitions = new WeakMap<ModelConfig, Definition>();
 
-const ClassificationOut = z.object({
-  request_id: z.string(),
-  model: z.string(),
-  version: z.string(),
-  predictions: PredictionsOut,
-  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
-  timings: TimingsOut,
-});
+/** A model tool's structured answer: the request, `field` (the answer), and the stages' times. */
+function answerOut(field: string, answer: z.ZodType) {
+  return z.object({
+    request_id: z.string(),
+    model: z.string(),
+    version: z.string(),
+    [field]: answer,
+    batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
+    timings: TimingsOut,
+  });
+}
 
-const EmbeddingAnswerOut = z.object({
-  request_id: z.string(),
-  model: z.string(),
-  version: z.string(),
-  embedding: EmbeddingOut,
-  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
-  timings: TimingsOut,
-});
-
-const ImagesAnswerOut = z.object({
-  request_id: z.string(),
-  model: z.string(),
-  version: z.string(),
-  images: ImagesOut,
-  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
-  timings: TimingsOut,
-});
-
-const TextsAnswerOut = z.object({
-  request_id: z.string(),
-  model: z.string(),
-  version: z.string(),
-  texts: z.array(z.string()).describe("per item, the model's tokens decoded"),
-  batch_size: z.number().int().describe('items in the forward pass that served this call (more when batched)'),
-  timings: TimingsOut,
-});
+const ImagesAnswerOut = answerOut('images', ImagesOut);
 
 const outputSchemas = {
-  classification: ClassificationOut,
-  embedding: EmbeddingAnswerOut,
+  classification: answerOut('predictions', PredictionsOut),
+  detection: answerOut('detections', DetectionsOut),
+  embedding: answerOut('embedding', EmbeddingOut),
   image: ImagesAnswerOut,
   mask: ImagesAnswerOut,
-  text: TextsAnswerOut,
+  text: answerOut('texts', z.array(z.string()).describe("per item, the model's tokens decoded")),
   none: InferOut,
 };
 
@@ -95,6 +76,13 @@ function definitionOf(config: ModelConfig): Definition {
     shape[name] = inputSchema(input);
     takes.push(`"${name}"${input.description ? ` (${input.description})` : ''}: ${inputForms(input)}`);
   }
+  if (output?.type === 'detection')
+    shape.threshold = z
+      .number()
+      .min(0)
+      .max(1)
+      .optional()
+      .describe(`leave out objects scoring under this (default ${output.threshold})`);
   if (output?.type === 'classification') {
     shape.top_k = z
       .number()
@@ -106,18 +94,7 @@ function definitionOf(config: ModelConfig): Definition {
     shape.threshold = z.number().min(0).max(1).optional().describe('leave out labels scoring under this');
   }
   shape.version = z.string().optional().describe('model version; the default version when omitted');
-  const answers =
-    output?.type === 'classification'
-      ? `Answers the top ${output.top_k} labels per item with their probability`
-      : output?.type === 'embedding'
-        ? `Answers a tensor:// handle of one ${output.normalize ? 'unit-length ' : ''}vector per item (pass it to a later call or read it as a resource)`
-        : output?.type === 'image'
-          ? 'Answers a PNG image per item'
-          : output?.type === 'mask'
-            ? "Answers a PNG mask per item, a colour per class, with each class's share of the pixels"
-            : output?.type === 'text'
-              ? 'Answers a text per item'
-              : 'Answers the model outputs';
+  const answers = answerDescription(output);
   definition = {
     title: processing.tool.title ?? `${config.name} (model)`,
     description:
@@ -129,6 +106,26 @@ function definitionOf(config: ModelConfig): Definition {
   };
   definitions.set(config, definition);
   return definition;
+}
+
+/** What the tool answers, for its description. */
+function answerDescription(output: ProcessedOutputConfig | undefined): string {
+  switch (output?.type) {
+    case 'classification':
+      return `Answers the top ${output.top_k} labels per item with their probability`;
+    case 'detection':
+      return "Answers the objects found in each image: label, score and box [x1, y1, x2, y2] in the image's own pixels";
+    case 'embedding':
+      return `Answers a tensor:// handle of one ${output.normalize ? 'unit-length ' : ''}vector per item (pass it to a later call or read it as a resource)`;
+    case 'image':
+      return 'Answers a PNG image per item';
+    case 'mask':
+      return "Answers a PNG mask per item, a colour per class, with each class's share of the pixels";
+    case 'text':
+      return 'Answers a text per item';
+    case undefined:
+      return 'Answers the model outputs';
+  }
 }
 
 /** A processed input's argument: one item or a list of them, described for the agent. */
@@ -159,9 +156,10 @@ function inputSchema(input: ProcessedInputConfig): z.ZodType {
 
 /** The answer of a model's tool: labels or an embedding's handle first, then the stages' times. */
 function answerResult(result: InferenceResult): CallToolResult {
-  const { predictions, embedding, images, texts } = result;
+  const { predictions, detections, embedding, images, texts } = result;
   const lines = [
     ...(predictions ? predictionLines(predictions) : []),
+    ...(detections ? detectionLines(detections) : []),
     ...(embedding ? [embeddingLine(embedding)] : []),
     ...(images ? imageLines(images) : []),
     ...(texts ?? []),
@@ -189,6 +187,7 @@ function answerResult(result: InferenceResult): CallToolResult {
       model: result.model,
       version: result.version,
       ...(predictions ? { predictions } : {}),
+      ...(detections ? { detections } : {}),
       ...(embedding ? { embedding } : {}),
       ...(pictures ? { images: pictures.structured } : {}),
       ...(texts ? { texts } : {}),

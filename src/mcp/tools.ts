@@ -2,6 +2,7 @@ import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway, InferenceResult, ModelSummaryInfo } from '../gateway.js';
 import { describePredictions, type Prediction } from '../requests/classify.js';
+import { type DetectionAnswer, describeDetections } from '../requests/detect.js';
 import type { EmbeddingAnswer } from '../requests/embed.js';
 import { InferenceRequestSchema } from '../requests/inference-request.js';
 import type { RenderedImage } from '../requests/render-images.js';
@@ -96,6 +97,33 @@ export const PredictionsOut = z
   .array(z.array(z.object({ label: z.string(), score: z.number(), index: z.number().int() })))
   .describe('per item (image, text, recording), its top labels, best first, with their probability');
 
+export const DetectionsOut = z
+  .array(
+    z.object({
+      width: z.number().int().describe("the image's width in pixels, upright as a viewer shows it"),
+      height: z.number().int(),
+      objects: z
+        .array(
+          z.object({
+            label: z.string(),
+            index: z.number().int(),
+            score: z.number(),
+            box: z
+              .array(z.number())
+              .length(4)
+              .describe("[x1, y1, x2, y2]: left, top, right, bottom edges in the image's pixels"),
+          }),
+        )
+        .describe('best first'),
+    }),
+  )
+  .describe('per image, the objects found');
+
+/** One line per image: "image 0: cat 0.93 at [12, 30, 200, 180]; dog 0.71 at [...]". */
+export function detectionLines(detections: DetectionAnswer[]): string[] {
+  return detections.map((d, i) => `${detections.length > 1 ? `image ${i}: ` : ''}${describeDetections(d)}`);
+}
+
 export const EmbeddingOut = z
   .object({
     output: z.string(),
@@ -163,6 +191,7 @@ export const InferOut = z.object({
     }),
   ),
   predictions: PredictionsOut.optional(),
+  detections: DetectionsOut.optional(),
   embedding: EmbeddingOut.optional(),
   answers: z.array(z.unknown()).optional().describe("the model's processing handler: its answer per item"),
   images: ImagesOut.optional(),
@@ -359,6 +388,7 @@ export function predictionLines(predictions: Prediction[][]): string[] {
 export function inferResult(result: InferenceResult): CallToolResult {
   const lines = [
     ...(result.predictions ? predictionLines(result.predictions) : []),
+    ...(result.detections ? detectionLines(result.detections) : []),
     ...(result.embedding ? [embeddingLine(result.embedding)] : []),
     ...(result.answers ?? []).map((a, i, all) => `${all.length > 1 ? `item ${i}: ` : ''}${JSON.stringify(a)}`),
     ...(result.images ? imageLines(result.images) : []),
@@ -388,6 +418,7 @@ export function inferResult(result: InferenceResult): CallToolResult {
       batch_size: result.batch_size,
       outputs: result.outputs.map(({ name, dtype, shape, uri, summary }) => ({ name, dtype, shape, uri, summary })),
       ...(result.predictions ? { predictions: result.predictions } : {}),
+      ...(result.detections ? { detections: result.detections } : {}),
       ...(result.embedding ? { embedding: result.embedding } : {}),
       ...(result.answers ? { answers: result.answers } : {}),
       ...(pictures ? { images: pictures.structured } : {}),

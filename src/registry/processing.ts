@@ -12,6 +12,8 @@ export const IMAGE_FORMATS = ['png', 'jpeg', 'webp', 'gif', 'bmp'] as const;
 export type ImageFormat = (typeof IMAGE_FORMATS)[number];
 const INTERPOLATIONS = ['nearest', 'bilinear', 'bicubic', 'box', 'lanczos'] as const;
 
+const FLOATING = ['float32', 'float16', 'bfloat16', 'float64'];
+
 const size = z.tuple([z.number().int().min(1), z.number().int().min(1)]);
 
 export const ImageInputSchema = z
@@ -180,8 +182,43 @@ export const TextOutputSchema = z
   .strict();
 export type TextOutputConfig = z.infer<typeof TextOutputSchema>;
 
+/**
+ * Objects found in an image: boxes, a score and a class each, kept above a threshold, with
+ * overlapping boxes of a class suppressed (NMS), mapped back to the pixels of the image as sent.
+ */
+export const DetectionOutputSchema = z
+  .object({
+    type: z.literal('detection'),
+    /** The model output holding [batch, boxes, 4] coordinates in the model input's pixels. */
+    boxes: z.string().default('boxes'),
+    /** [batch, boxes] scores (with `labels`), or [batch, boxes, classes] scores per class. */
+    scores: z.string().default('scores'),
+    /** The model output holding [batch, boxes] class ids, when `scores` has one score per box. */
+    labels: z.string().optional(),
+    /** x1 y1 x2 y2 (corners), x y w h (top-left corner and size), or cx cy w h (centre and size). */
+    box_format: z.enum(['xyxy', 'xywh', 'cxcywh']).default('xyxy'),
+    /** Coordinates as fractions (0-1) of the model input's width and height, not pixels. */
+    normalized: z.boolean().default(false),
+    /** Applied to the scores first: softmax over classes (DETR), sigmoid (YOLO, RetinaNet), or none. */
+    activation: z.enum(['softmax', 'sigmoid', 'none']).default('none'),
+    /** A class that means "no object" (DETR's last one), never answered. */
+    background: z.number().int().min(0).optional(),
+    /** Boxes scoring below this are left out. */
+    threshold: z.number().min(0).max(1).default(0.5),
+    /** Of two boxes of a class overlapping by more than this (intersection over union), the lower-scoring one is left out; 1 keeps every box. */
+    iou_threshold: z.number().min(0).max(1).default(0.5),
+    /** Suppress overlapping boxes whatever their classes, not only within a class. */
+    class_agnostic: z.boolean().default(false),
+    max_detections: z.number().int().min(1).max(1000).default(100),
+    /** The processed image input the boxes are in; the only image input when absent. */
+    image: z.string().optional(),
+  })
+  .strict();
+export type DetectionOutputConfig = z.infer<typeof DetectionOutputSchema>;
+
 export const ProcessedOutputSchema = z.discriminatedUnion('type', [
   ClassificationOutputSchema,
+  DetectionOutputSchema,
   EmbeddingOutputSchema,
   ImageOutputSchema,
   MaskOutputSchema,
@@ -283,6 +320,7 @@ export function processingIssues(
 function outputIssues(processing: ProcessingConfig, outputs: TensorSpec[]): Issue[] {
   const output = processing.output;
   if (!output) return [];
+  if (output.type === 'detection') return detectionIssues(processing, output, outputs);
   const at = ['processing', 'output', 'tensor'];
   const named = output.tensor ?? (outputs.length === 1 ? outputs[0]?.name : undefined);
   const spec = outputs.find((s) => s.name === named);
@@ -297,7 +335,7 @@ function outputIssues(processing: ProcessingConfig, outputs: TensorSpec[]): Issu
       },
     ];
   const shape = `"${spec.name}" has shape [${spec.shape.join(', ')}]`;
-  const floating = ['float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype);
+  const floating = FLOATING.includes(spec.dtype);
   const issue = (message: string): Issue[] => [{ path: at, message }];
   switch (output.type) {
     case 'classification':
@@ -324,6 +362,70 @@ function outputIssues(processing: ProcessingConfig, outputs: TensorSpec[]): Issu
   }
 }
 
+function detectionIssues(processing: ProcessingConfig, output: DetectionOutputConfig, outputs: TensorSpec[]): Issue[] {
+  const at = (...path: string[]) => ['processing', 'output', ...path];
+  const issues: Issue[] = [];
+  const images = Object.entries(processing.inputs).filter(([, input]) => input.type === 'image');
+  if (processing.handler)
+    issues.push({
+      path: at(),
+      message: 'a detection output maps boxes back through the image steps, which a handler replaces',
+    });
+  if (output.image !== undefined ? !images.some(([name]) => name === output.image) : images.length !== 1)
+    issues.push({
+      path: at('image'),
+      message:
+        output.image !== undefined
+          ? `no image input "${output.image}"; the image inputs are ${images.map(([n]) => `"${n}"`).join(', ') || 'none'}`
+          : `the boxes are in an image input's pixels: ${images.length === 0 ? 'declare one' : 'name the one in "image"'}`,
+    });
+  const find = (field: 'boxes' | 'scores' | 'labels'): TensorSpec | undefined => {
+    const name = output[field];
+    const spec = outputs.find((s) => s.name === name);
+    if (!spec)
+      issues.push({
+        path: at(field),
+        message: `no model output "${name}"; the model answers ${outputs.map((s) => `"${s.name}"`).join(', ')}`,
+      });
+    return spec;
+  };
+  const describe = (spec: TensorSpec) => `"${spec.name}" is [${spec.shape.join(', ')}] ${spec.dtype}`;
+  const boxes = find('boxes');
+  if (boxes && (boxes.shape.length !== 3 || ![4, -1].includes(boxes.shape[2] ?? 0) || !FLOATING.includes(boxes.dtype)))
+    issues.push({ path: at('boxes'), message: `boxes are [batch, boxes, 4] floating-point; ${describe(boxes)}` });
+  const scores = find('scores');
+  if (scores && (![2, 3].includes(scores.shape.length) || !FLOATING.includes(scores.dtype)))
+    issues.push({
+      path: at('scores'),
+      message: `scores are [batch, boxes] or [batch, boxes, classes] floating-point; ${describe(scores)}`,
+    });
+  const perClass = scores?.shape.length === 3;
+  if (scores && !perClass && output.labels === undefined)
+    issues.push({
+      path: at('labels'),
+      message: `"${scores.name}" has one score per box: name the output holding each box's class id in "labels"`,
+    });
+  if (perClass && output.labels !== undefined)
+    issues.push({
+      path: at('labels'),
+      message: `"${scores?.name}" has a score per class, which gives each box its class: leave "labels" out`,
+    });
+  if (scores && !perClass && output.activation === 'softmax')
+    issues.push({ path: at('activation'), message: 'softmax needs a score per class ([batch, boxes, classes])' });
+  if (output.labels !== undefined && !perClass) {
+    const ids = find('labels');
+    if (ids && (ids.shape.length !== 2 || FLOATING.includes(ids.dtype) || ids.dtype === 'bool'))
+      issues.push({ path: at('labels'), message: `class ids are [batch, boxes] integers; ${describe(ids)}` });
+  }
+  const classes = perClass ? (scores?.shape[2] ?? -1) : -1;
+  if (output.background !== undefined && classes !== -1 && output.background >= classes)
+    issues.push({
+      path: at('background'),
+      message: `class ${output.background} is past the ${classes} classes of "${scores?.name}"`,
+    });
+  return issues;
+}
+
 function imageIssues(name: string, image: ImageInputConfig, spec: TensorSpec): Issue[] {
   const issues: Issue[] = [];
   const at = (...path: (string | number)[]) => ['processing', 'inputs', name, ...path];
@@ -341,7 +443,7 @@ function imageIssues(name: string, image: ImageInputConfig, spec: TensorSpec): I
       path: at(),
       message: `model input "${spec.name}" is uint8: pixels go as they are, without scale, mean or std`,
     });
-  else if (!['uint8', 'float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype))
+  else if (!['uint8', ...FLOATING].includes(spec.dtype))
     issues.push({ path: at(), message: `images become uint8 or floating-point tensors, not ${spec.dtype}` });
   const [h, w] = image.center_crop ?? image.resize?.size ?? [-1, -1];
   const expected = image.layout === 'CHW' ? [-1, channels, h, w] : [-1, h, w, channels];
@@ -392,7 +494,7 @@ function textIssues(name: string, text: TextInputConfig, specs: TensorSpec[]): I
 
 function audioIssues(name: string, audio: AudioInputConfig, spec: TensorSpec): Issue[] {
   const at = ['processing', 'inputs', name];
-  if (!['float32', 'float16', 'bfloat16', 'float64'].includes(spec.dtype))
+  if (!FLOATING.includes(spec.dtype))
     return [{ path: at, message: `recordings become floating-point samples, not ${spec.dtype}` }];
   const mono = spec.shape.length === 2 || (spec.shape.length === 3 && spec.shape[1] === 1);
   if (!mono || spec.shape[0] !== -1)

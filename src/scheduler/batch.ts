@@ -85,6 +85,7 @@ export function splitResponse(response: EngineResponse, rows: number[]): EngineR
       'HANDLER_FAILED',
       `the processing handler answered ${answers.length} items for a batch of ${total}; it must answer one per item`,
     );
+  const geometry = response.geometry && Object.entries(response.geometry);
   let start = 0;
   return perRequest.map((outputs, i) => {
     const n = rows[i] as number;
@@ -92,6 +93,9 @@ export function splitResponse(response: EngineResponse, rows: number[]): EngineR
       outputs,
       timings: response.timings,
       ...(answers ? { answers: answers.slice(start, start + n) } : {}),
+      ...(geometry
+        ? { geometry: Object.fromEntries(geometry.map(([input, items]) => [input, items.slice(start, start + n)])) }
+        : {}),
     };
     start += n;
     return part;

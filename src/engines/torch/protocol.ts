@@ -86,6 +86,24 @@ export const InferResultSchema = z.object({
   outputs: z.array(TensorHeaderSchema),
   /** A processing handler's postprocess: one JSON answer per row. */
   answers: z.array(z.unknown()).optional(),
+  /** Models with a detection output: where each image item's model-input pixels lie in it. */
+  geometry: z
+    .record(
+      z.string(),
+      z.array(
+        z.object({
+          width: z.number(),
+          height: z.number(),
+          input_width: z.number(),
+          input_height: z.number(),
+          left: z.number(),
+          top: z.number(),
+          scale_x: z.number(),
+          scale_y: z.number(),
+        }),
+      ),
+    )
+    .optional(),
   timings: z.object({
     h2d_ms: z.number(),
     compute_ms: z.number(),
@@ -151,8 +169,11 @@ export function loadRequestModel(config: ModelConfig, version: string, dir: stri
           processing: {
             inputs: workerProcessing(config.processing, config.inputs),
             ...(config.processing.handler ? { handler: config.processing.handler } : {}),
-            // Token ids are decoded in the worker, by the tokenizer file next to the model.
-            ...(config.processing.output?.type === 'text' ? { output: config.processing.output } : {}),
+            // Token ids are decoded in the worker, by the tokenizer file next to the model; for
+            // detection boxes the worker reports where each image's model-input pixels lie in it.
+            ...(config.processing.output?.type === 'text' || config.processing.output?.type === 'detection'
+              ? { output: config.processing.output }
+              : {}),
           },
         }
       : {}),

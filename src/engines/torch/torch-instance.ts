@@ -143,6 +143,7 @@ export class TorchInstance implements EngineInstance {
       return {
         outputs,
         ...(result.answers ? { answers: result.answers } : {}),
+        ...(result.geometry ? { geometry: result.geometry } : {}),
         timings: {
           fillMs,
           computeMs,

@@ -244,3 +244,76 @@ test('a text output names a [batch, tokens] integer output', () => {
     /processing\.output\.tensor: a text output is \[batch, tokens\] int64 or int32 token ids; "ids" has shape \[-1, -1\] \(float32\)/,
   );
 });
+
+test('a detection output names its box, score and class outputs, checked against the model', () => {
+  const detector = {
+    outputs: [
+      { name: 'boxes', dtype: 'float32', shape: [-1, 100, 4] },
+      { name: 'logits', dtype: 'float32', shape: [-1, 100, 3], labels: ['cat', 'dog', 'none'] },
+      { name: 'scores', dtype: 'float32', shape: [-1, 100] },
+      { name: 'classes', dtype: 'int64', shape: [-1, 100] },
+    ],
+  };
+  const inputs = { image: imagenet };
+  const cfg = parseModelConfig(
+    {
+      ...base,
+      ...detector,
+      processing: { inputs, output: { type: 'detection', scores: 'logits', activation: 'softmax', background: 2 } },
+    },
+    'c',
+  );
+  const output = cfg.processing?.output;
+  assert.equal(output?.type, 'detection');
+  if (output?.type !== 'detection') return;
+  assert.equal(output.boxes, 'boxes');
+  assert.equal(output.box_format, 'xyxy');
+  assert.equal(output.threshold, 0.5);
+  assert.equal(output.iou_threshold, 0.5);
+  assert.equal(output.max_detections, 100);
+  // One score per box with its class ids in another output.
+  parseModelConfig(
+    { ...base, ...detector, processing: { inputs, output: { type: 'detection', labels: 'classes' } } },
+    'c',
+  );
+
+  const detection = (output: Record<string, unknown>, processing: Record<string, unknown> = {}) =>
+    issues({ inputs, output: { type: 'detection', ...output }, ...processing }, detector);
+  assert.match(
+    detection({ boxes: 'box' }),
+    /processing\.output\.boxes: no model output "box"; the model answers "boxes"/,
+  );
+  assert.match(
+    detection({ boxes: 'scores', labels: 'classes' }),
+    /boxes are \[batch, boxes, 4\] floating-point; "scores" is \[-1, 100\]/,
+  );
+  assert.match(
+    detection({}),
+    /processing\.output\.labels: "scores" has one score per box: name the output holding each box's class id/,
+  );
+  assert.match(
+    detection({ scores: 'logits', labels: 'classes' }),
+    /"logits" has a score per class, which gives each box its class: leave "labels" out/,
+  );
+  assert.match(
+    detection({ labels: 'scores' }),
+    /class ids are \[batch, boxes\] integers; "scores" is \[-1, 100\] float32/,
+  );
+  assert.match(
+    detection({ labels: 'classes', activation: 'softmax' }),
+    /processing\.output\.activation: softmax needs a score per class/,
+  );
+  assert.match(
+    detection({ scores: 'logits', background: 3 }),
+    /processing\.output\.background: class 3 is past the 3 classes of "logits"/,
+  );
+  assert.match(
+    detection({ labels: 'classes', image: 'photo' }),
+    /processing\.output\.image: no image input "photo"; the image inputs are "image"/,
+  );
+  assert.match(
+    detection({ labels: 'classes' }, { handler: 'mine:Handler' }),
+    /processing\.output: a detection output maps boxes back through the image steps, which a handler replaces/,
+  );
+  assert.match(detection({ labels: 'classes', box_format: 'ltrb' }), /processing\.output\.box_format/);
+});
