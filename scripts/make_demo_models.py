@@ -24,7 +24,8 @@ runtime's Python (``.tensorgate/venv/bin/python``).
   and a small MLP, trained for a few seconds on synthetic tones with jitter, twist and noise.
   Example recordings in assorted rates, channels and sample widths go to ``dtmf/examples`` with
   ``labels.json`` (scripts/demo_dtmf.py).
-- the vision pipeline: ``image-preprocess`` (uint8 HWC pixels -> normalised CHW floats),
+- the vision pipeline: ``image-preprocess`` (an image file, decoded and resized to uint8 HWC
+  pixels by its processing -> normalised CHW floats),
   ``object-detector`` (bright regions on a 7x7 grid: scores and boxes), ``detection-fusion``
   (class probabilities weighted by detection confidence) and the workflow ``vision-pipeline``
   that chains them with ``image-classifier`` (classification only when an object was found).
@@ -332,7 +333,7 @@ def build_pipeline(out: Path) -> None:
         (
             "image-preprocess",
             Preprocess(),
-            "Decoded RGB pixels (uint8, height x width x channel, 224 x 224) to the normalised "
+            "An image file, decoded and resized to 224 x 224 RGB pixels, to the normalised "
             "channels-first floats the image models take.",
             [spec("image", "uint8", [-1, 224, 224, 3])],
             [spec("image", "float32", image)],
@@ -359,7 +360,16 @@ def build_pipeline(out: Path) -> None:
     ]
     for name, module, description, inputs, outputs in parts:
         save_export(module, out / name / "1" / "model.pt2", inputs)
-        write_config(out / name, small_config(name, description, inputs, outputs))
+        config = small_config(name, description, inputs, outputs)
+        if name == "image-preprocess":
+            # Files in: the worker decodes and resizes them to the uint8 pixels the model takes,
+            # so the workflow takes image files too.
+            config["processing"] = {
+                "inputs": {
+                    "image": {"type": "image", "resize": {"size": [224, 224]}, "layout": "HWC"}
+                }
+            }
+        write_config(out / name, config)
     workflow = out / "vision-pipeline"
     workflow.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(CODE_DIR / "vision-pipeline.yaml", workflow / "workflow.yaml")

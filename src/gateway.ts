@@ -212,8 +212,10 @@ export class Gateway {
       (name) => {
         if (!this.registry.has(name)) return undefined;
         const config = this.modelConfig(name);
+        // A model with processing takes files and texts, which its worker makes its tensors of.
         return {
-          inputs: config.inputs,
+          inputs: config.processing ? [] : config.inputs,
+          ...(config.processing ? { processed: config.processing.inputs } : {}),
           outputs: config.outputs,
           models: [name],
           workflows: [],
@@ -306,7 +308,11 @@ export class Gateway {
 
   /** Registers a workflow folder (workflow.json or .yaml); refused with INVALID_WORKFLOW unless it compiles. */
   async registerWorkflow(dir: string, actor = 'local'): Promise<WorkflowInfo> {
-    return this.audited(actor, 'register_workflow', `dir:${resolve(dir)}`, () => this.workflows.register(dir));
+    return this.audited(actor, 'register_workflow', `dir:${resolve(dir)}`, async () => {
+      const info = await this.workflows.register(dir);
+      this.modelsChanged(); // a workflow taking files gets a tool of its own
+      return info;
+    });
   }
 
   /** Whether a folder holds a workflow rather than a model. */

@@ -8,8 +8,9 @@
  * calls, so no tensor travels; what it pays is one MCP round trip per stage, and the agent's
  * turn between calls that this benchmark does not even count. Scenarios:
  *
- *   - vision, object: the demo pipeline on an image with an object (preprocess -> detect ->
- *     classify -> fuse, four stages); the client reads the detector's max score to decide.
+ *   - vision, object: the demo pipeline on a PNG with an object (preprocess, which decodes the
+ *     file in its worker -> detect -> classify -> fuse, four stages); the client reads the
+ *     detector's max score to decide.
  *   - vision, none: the same on an empty image (two stages; the branch is not taken).
  *   - adder x8: eight tiny stages in a row, where the per-stage cost is all there is.
  *
@@ -26,6 +27,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
+import { encodePng } from '../../src/tensor/png.js';
 import { buildDemoModels } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, round } from '../mcp-overhead/stats.js';
@@ -91,10 +93,11 @@ function repository(work: string): string {
   return repo;
 }
 
-function image(object: boolean): { b64: string; shape: number[] } {
+/** A 224x224 PNG as a data: URI (what an agent holding a screenshot passes): dark, with a bright square when `object`. */
+function image(object: boolean): string {
   const data = Buffer.alloc(224 * 224 * 3, 20);
   if (object) for (let y = 64; y < 128; y++) data.fill(240, (y * 224 + 96) * 3, (y * 224 + 160) * 3);
-  return { b64: data.toString('base64'), shape: [1, 224, 224, 3] };
+  return `data:image/png;base64,${encodePng(data, 224, 224, 3).toString('base64')}`;
 }
 
 async function main(): Promise<void> {

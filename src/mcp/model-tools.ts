@@ -4,6 +4,9 @@ import type { Gateway, InferenceResult } from '../gateway.js';
 import { defaultVersion, type ModelConfig } from '../registry/model-config.js';
 import type { ProcessedInputConfig, ProcessedOutputConfig } from '../registry/processing.js';
 import { inputForms } from '../requests/decode-processed.js';
+import { TENSOR_INPUT_FORMS } from '../requests/inference-request.js';
+import { isProcessedInput, type WorkflowPlan } from '../workflows/definition.js';
+import { checkWorkflowAccess, runWorkflow } from '../workflows/run-workflow.js';
 import { requestSignal } from './connection-signal.js';
 import { callerOf, errorResult } from './results.js';
 import {
@@ -21,6 +24,7 @@ import {
   TimingsOut,
   timingsLine,
 } from './tools.js';
+import { RunOut, workflowResult } from './workflow-tools.js';
 
 /**
  * One MCP tool per model with processing: "digits" taking {"image": "/photos/seven.png"} and
@@ -197,14 +201,88 @@ function answerResult(result: InferenceResult): CallToolResult {
   };
 }
 
+/**
+ * A workflow's own tool, for a workflow taking files or texts: "vision-pipeline" taking
+ * {"image": "/photos/street.jpg"}, answering like run_workflow.
+ */
+const workflowDefinitions = new WeakMap<WorkflowPlan, Definition>();
+
+function workflowDefinitionOf(plan: WorkflowPlan): Definition {
+  let definition = workflowDefinitions.get(plan);
+  if (definition) return definition;
+  const shape: Record<string, z.ZodType> = {};
+  const takes: string[] = [];
+  for (const input of plan.definition.inputs) {
+    if (isProcessedInput(input)) {
+      const config = plan.processed[input.name] as ProcessedInputConfig;
+      const described = { ...config, ...(input.description ? { description: input.description } : {}) };
+      shape[input.name] = inputSchema(described);
+      takes.push(`"${input.name}": ${inputForms(described)}`);
+    } else {
+      shape[input.name] = z.unknown().describe(`${input.dtype}[${input.shape.join(', ')}]. ${TENSOR_INPUT_FORMS}`);
+      takes.push(`"${input.name}": a ${input.dtype} tensor [${input.shape.join(', ')}]`);
+    }
+  }
+  definition = {
+    title: `${plan.definition.name} (workflow)`,
+    description: `${plan.definition.description.trim()} Takes ${takes.join('; ')}. Runs ${plan.stages.length} stages server-side; answers each output (a summary and a tensor:// handle, or a literal value), every stage's status and the time of each.`,
+    inputSchema: z.object(shape),
+    outputSchema: RunOut,
+    annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+  };
+  workflowDefinitions.set(plan, definition);
+  return definition;
+}
+
 /** Whether a model's tool is listed now. */
 function serving(gateway: Gateway, model: string, config: ModelConfig): boolean {
   const state = gateway.versionState(model, defaultVersion(config));
   return state === 'ready' || state === 'loading' || (config.load === 'on_demand' && state !== 'failed');
 }
 
+/** The ready workflows that take files or texts, by name, with their plans. */
+function workflowsTakingFiles(gateway: Gateway): Map<string, WorkflowPlan> {
+  const wanted = new Map<string, WorkflowPlan>();
+  for (const name of gateway.workflows.names()) {
+    if (gateway.workflows.info(name).state !== 'ready') continue;
+    const plan = gateway.workflows.plan(name);
+    if (Object.keys(plan.processed).length > 0) wanted.set(name, plan);
+  }
+  return wanted;
+}
+
+/**
+ * The tools of the models with processing and of the workflows taking files or texts, following
+ * the gateway: registered and listed as they become served, removed as they go, each change sent
+ * as `notifications/tools/list_changed` by the SDK.
+ */
 export function registerModelTools(server: McpServer, gateway: Gateway, { live }: { live: boolean }): void {
   const tools = new Map<string, { tool: RegisteredTool; config: ModelConfig }>();
+  const workflowTools = new Map<string, { tool: RegisteredTool; plan: WorkflowPlan }>();
+
+  const registerWorkflow = (workflow: string, plan: WorkflowPlan): RegisteredTool => {
+    const handler = async (args: Record<string, unknown>, ctx: unknown): Promise<CallToolResult> => {
+      try {
+        checkWorkflowAccess(gateway, callerOf(ctx), workflow);
+        const signal = (ctx as { mcpReq?: { signal?: AbortSignal } }).mcpReq?.signal;
+        const result = await runWorkflow(
+          gateway,
+          { workflow, inputs: args },
+          { signal: signal ? requestSignal(signal) : undefined, adapter: 'mcp' },
+        );
+        return workflowResult(result);
+      } catch (err) {
+        return errorResult(err);
+      }
+    };
+    const definition = workflowDefinitionOf(plan);
+    try {
+      return server.registerTool(workflow, definition, handler);
+    } catch {
+      // A built-in tool or a model's tool has the name.
+      return server.registerTool(`${workflow}_workflow`, definition, handler);
+    }
+  };
 
   const register = (model: string, config: ModelConfig): RegisteredTool => {
     const definition = definitionOf(config);
@@ -258,6 +336,14 @@ export function registerModelTools(server: McpServer, gateway: Gateway, { live }
         else entry.tool.disable();
       }
     }
+    const workflows = workflowsTakingFiles(gateway);
+    for (const [workflow, entry] of workflowTools)
+      if (workflows.get(workflow) !== entry.plan) {
+        entry.tool.remove();
+        workflowTools.delete(workflow);
+      }
+    for (const [workflow, plan] of workflows)
+      if (!workflowTools.has(workflow)) workflowTools.set(workflow, { tool: registerWorkflow(workflow, plan), plan });
   };
 
   sync();

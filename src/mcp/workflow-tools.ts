@@ -19,7 +19,15 @@ const WorkflowOut = z.object({
   description: z.string(),
   state: z.enum(['ready', 'invalid']),
   error: z.string().optional(),
-  inputs: z.array(z.object({ name: z.string(), dtype: z.string(), shape: z.array(z.number()) })),
+  inputs: z.array(
+    z.object({
+      name: z.string(),
+      dtype: z.string().optional(),
+      shape: z.array(z.number()).optional(),
+      type: z.enum(['image', 'text', 'audio']).optional().describe('an input taken as files or texts, not a tensor'),
+      description: z.string().optional(),
+    }),
+  ),
   outputs: z.array(
     z.object({
       name: z.string(),
@@ -53,7 +61,7 @@ const StageOut = z.object({
   error: z.string().optional(),
 });
 
-const RunOut = z.object({
+export const RunOut = z.object({
   request_id: z.string(),
   workflow: z.string(),
   outputs: z.array(
@@ -91,8 +99,12 @@ export function registerWorkflowTools(server: McpServer, gateway: Gateway): void
         const workflows = gateway.workflows
           .list()
           .filter((w) => gateway.access.can(caller, 'read', 'workflow', w.name));
-        const io = (specs: { name: string; dtype?: string; shape?: number[] }[]) =>
-          specs.map((s) => (s.dtype ? `${s.name} ${s.dtype}[${s.shape?.join(', ')}]` : s.name)).join(', ');
+        const io = (specs: { name: string; dtype?: string; shape?: number[]; type?: string }[]) =>
+          specs
+            .map((s) =>
+              s.dtype ? `${s.name} ${s.dtype}[${s.shape?.join(', ')}]` : s.type ? `${s.name} (${s.type})` : s.name,
+            )
+            .join(', ');
         const text = workflows.length
           ? workflows
               .map(
@@ -113,7 +125,7 @@ export function registerWorkflowTools(server: McpServer, gateway: Gateway): void
     () => ({
       title: 'Run a workflow',
       description:
-        'Runs a workflow (see list_workflows) on named input tensors: its stages run server-side, independent ones in parallel, branches decided on earlier outputs, intermediate tensors never leave the server. Returns each output like infer does (summary plus tensor:// handle, or a literal value), and every stage with its status and timings.',
+        'Runs a workflow (see list_workflows) on named inputs (tensors, or files and texts for inputs that take them): its stages run server-side, independent ones in parallel, branches decided on earlier outputs, intermediate tensors never leave the server. Returns each output like infer does (summary plus tensor:// handle, or a literal value), and every stage with its status and timings.',
       inputSchema: WorkflowRequestSchema,
       outputSchema: RunOut,
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
@@ -134,7 +146,7 @@ export function registerWorkflowTools(server: McpServer, gateway: Gateway): void
   );
 }
 
-function workflowResult(result: WorkflowResult): CallToolResult {
+export function workflowResult(result: WorkflowResult): CallToolResult {
   const t = result.timings;
   const stageLines = result.stages.map((s) => {
     const span = s.started_ms !== undefined ? ` ${s.started_ms}-${s.ended_ms} ms` : '';

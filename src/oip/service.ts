@@ -2,10 +2,11 @@ import type { AuthInfo } from '@modelcontextprotocol/server';
 import { tgError } from '../errors.js';
 import type { Gateway, InferOptions, TensorInferenceResult } from '../gateway.js';
 import { defaultVersion, type TensorSpec } from '../registry/model-config.js';
-import { type InputForm, preparedInputs } from '../requests/decode-inputs.js';
+import type { InputForm } from '../requests/decode-inputs.js';
 import type { TensorSource } from '../tensor/source.js';
 import { VERSION } from '../version.js';
-import { executeWorkflowRequest } from '../workflows/run-workflow.js';
+import { isProcessedInput } from '../workflows/definition.js';
+import { executeWorkflowRequest, preparedWorkflowInputs } from '../workflows/run-workflow.js';
 import { oipDatatype } from './datatypes.js';
 
 /**
@@ -134,7 +135,10 @@ export function workflowMetadata(gateway: Gateway, name: string, version?: strin
     name,
     versions: [WORKFLOW_VERSION],
     platform: 'ensemble',
-    inputs: plan.definition.inputs.map(tensorMetadata),
+    // Inputs taken as files or texts are BYTES, one element per file or text, as for a model.
+    inputs: plan.definition.inputs.map((input) =>
+      isProcessedInput(input) ? { name: input.name, datatype: 'BYTES', shape: [-1] } : tensorMetadata(input),
+    ),
     // An output whose alternatives end in a literal is listed with its tensor type; when the
     // literal is what a request gets, it comes back in the response's parameters instead.
     outputs: plan.outputs.flatMap((o) => (o.spec ? [tensorMetadata(o.spec)] : [])),
@@ -170,7 +174,7 @@ export async function inferWorkflow(
       workflow: name,
       request_id: request.id,
       parameters: request.parameters,
-      decode: (specs) => preparedInputs(specs, request.inputs, request.form),
+      decode: (plan) => preparedWorkflowInputs(plan, request.inputs, request.form, gateway),
     },
     options,
   );

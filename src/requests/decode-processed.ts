@@ -3,7 +3,6 @@ import { homedir } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { type ErrorCode, tgError } from '../errors.js';
-import type { ModelConfig } from '../registry/model-config.js';
 import {
   IMAGE_FORMATS,
   type ImageFormat,
@@ -58,7 +57,13 @@ function errorData({ input, item }: Item): Record<string, unknown> {
   return { input, ...(item !== undefined ? { item } : {}) };
 }
 
-function checkedNames(config: ModelConfig, given: Iterable<string>, takes: (name: string) => string): string[] {
+/** What owns processed inputs: a model with processing, or a workflow taking files. */
+export interface ProcessingOwner {
+  name: string;
+  processing?: { inputs: Record<string, ProcessedInputConfig> } | undefined;
+}
+
+function checkedNames(config: ProcessingOwner, given: Iterable<string>, takes: (name: string) => string): string[] {
   const processed = config.processing?.inputs ?? {};
   const names = Object.keys(processed);
   for (const name of given)
@@ -72,7 +77,7 @@ function checkedNames(config: ModelConfig, given: Iterable<string>, takes: (name
 }
 
 export function decodeProcessedInputs(
-  config: ModelConfig,
+  config: ProcessingOwner,
   inputs: Record<string, unknown>,
   ctx: DecodeContext,
 ): DecodedInput[] {
@@ -108,7 +113,7 @@ export function decodeProcessedInputs(
  * over MCP.
  */
 export function preparedProcessedInputs(
-  config: ModelConfig,
+  config: ProcessingOwner,
   inputs: Map<string, TensorSource>,
   form: DecodedInput['form'],
   ctx: DecodeContext,

@@ -46,10 +46,18 @@ export function reshapeSource(source: TensorSource, shape: number[]): TensorSour
   };
 }
 
-/** The tensor itself: the bytes already in memory, or read (decoded, loaded) into a buffer of its own. */
+/**
+ * The tensor itself: the bytes already in memory, or read (decoded, loaded) into a buffer of its
+ * own. A BYTES source becomes its serialised items (shape [items], not one byte per element):
+ * what a workflow hands on to a model with processing as it came.
+ */
 export function readSource(source: TensorSource): Tensor {
-  if (source.data) return makeTensor(source.dtype, source.shape, source.data);
-  const data = Buffer.allocUnsafe(source.byteLength);
-  source.fill(data);
-  return makeTensor(source.dtype, source.shape, data);
+  let data = source.data;
+  if (!data) {
+    data = Buffer.allocUnsafe(source.byteLength);
+    source.fill(data);
+  }
+  return source.bytes
+    ? { dtype: source.dtype, shape: source.shape, data }
+    : makeTensor(source.dtype, source.shape, data);
 }

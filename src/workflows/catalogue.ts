@@ -2,7 +2,6 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
-import type { TensorSpec } from '../registry/model-config.js';
 import type { Registry } from '../registry/registry.js';
 import { subfolders } from '../registry/repository.js';
 import {
@@ -11,6 +10,7 @@ import {
   compileWorkflow,
   parseWorkflowDefinition,
   type WorkflowDefinition,
+  type WorkflowInput,
   type WorkflowPlan,
 } from './definition.js';
 
@@ -57,7 +57,7 @@ export interface WorkflowInfo {
   description: string;
   state: 'ready' | 'invalid';
   error?: string;
-  inputs: TensorSpec[];
+  inputs: WorkflowInput[];
   outputs: { name: string; dtype?: string; shape?: number[]; from: string[] }[];
   stages: { stage: string; model?: string; workflow?: string; version?: string; when?: string }[];
   /** Every model it runs, through nested workflows too. */

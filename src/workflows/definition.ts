@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { tgError } from '../errors.js';
 import { type TensorSpec, TensorSpecSchema } from '../registry/model-config.js';
+import type { ProcessedInputConfig } from '../registry/processing.js';
 import { type Expr, parseExpression, referencesOf } from './expression.js';
 
 /**
@@ -56,6 +57,25 @@ const StepSchema: z.ZodType<Step> = z.lazy(() =>
   ]),
 );
 
+/**
+ * A workflow input that is what an agent holds (an image or WAV file, a text), not a tensor: it
+ * goes, as the files' bytes, to model stages whose processing takes that kind, and each model's
+ * worker decodes it its own way.
+ */
+const ProcessedWorkflowInputSchema = z
+  .object({
+    name: z.string().regex(IDENTIFIER, 'input names are letters, digits and "_" (they appear in references)'),
+    type: z.enum(['image', 'text', 'audio']),
+    description: z.string().optional(),
+  })
+  .strict();
+export type ProcessedWorkflowInput = z.infer<typeof ProcessedWorkflowInputSchema>;
+export type WorkflowInput = TensorSpec | ProcessedWorkflowInput;
+
+export function isProcessedInput(input: WorkflowInput): input is ProcessedWorkflowInput {
+  return 'type' in input;
+}
+
 const LiteralSchema = z.object({ value: z.json() }).strict();
 const AlternativeSchema = z.union([
   z.string().regex(REF, 'an output is "stage.tensor", an input name or {"value": ...}'),
@@ -66,7 +86,7 @@ export const WorkflowDefinitionSchema = z
   .object({
     name: z.string().regex(/^[a-z0-9][a-z0-9._-]*$/, 'workflow names are lower-case: letters, digits, ".", "_", "-"'),
     description: z.string().default(''),
-    inputs: z.array(TensorSpecSchema).min(1),
+    inputs: z.array(z.union([ProcessedWorkflowInputSchema, TensorSpecSchema])).min(1),
     steps: z.array(StepSchema).min(1),
     outputs: z.record(z.string().min(1), z.union([AlternativeSchema, z.array(AlternativeSchema).min(1)])),
     /** Limit for the whole graph, in ms; a request may ask for less. Default: the server's. */
@@ -78,7 +98,10 @@ export type WorkflowDefinition = z.infer<typeof WorkflowDefinitionSchema>;
 
 /** What a stage can call: a model's or a workflow's declared inputs and outputs. */
 export interface CallableSpec {
+  /** The tensor inputs it takes. */
   inputs: TensorSpec[];
+  /** The inputs it takes as files or texts (a model's processing), by name. */
+  processed?: Record<string, ProcessedInputConfig>;
   outputs: TensorSpec[];
   /** The models it runs (itself, or every model of a workflow), for access checks. */
   models: string[];
@@ -129,6 +152,13 @@ export type PlannedOutput = { name: string; alternatives: ({ ref: Ref } | { valu
 
 export interface WorkflowPlan {
   definition: WorkflowDefinition;
+  /** The workflow's tensor inputs. */
+  inputs: TensorSpec[];
+  /**
+   * Its inputs taken as files or texts, each with the processing of the first model input it
+   * feeds: what the gateway checks an agent's value against before the workers decode it.
+   */
+  processed: Record<string, ProcessedInputConfig>;
   stages: PlannedStage[];
   branches: PlannedBranch[];
   outputs: PlannedOutput[];
@@ -173,7 +203,15 @@ function covered(required: Guard[], held: Guard[]): boolean {
 /** Compiles a definition against the models and workflows it calls; throws INVALID_WORKFLOW. */
 export function compileWorkflow(definition: WorkflowDefinition, resolver: Resolver): WorkflowPlan {
   const wf = definition.name;
-  const inputs = new Map(definition.inputs.map((s) => [s.name, s]));
+  const inputs = new Map<string, TensorSpec>();
+  const processedInputs = new Map<string, ProcessedWorkflowInput>();
+  for (const input of definition.inputs) {
+    if (inputs.has(input.name) || processedInputs.has(input.name))
+      invalid(wf, `input "${input.name}"`, 'another input has this name');
+    if (isProcessedInput(input)) processedInputs.set(input.name, input);
+    else inputs.set(input.name, input);
+  }
+  const processed: Record<string, ProcessedInputConfig> = {};
   const stages: PlannedStage[] = [];
   const branches: PlannedBranch[] = [];
   const outputsOf = new Map<string, Map<string, TensorSpec>>();
@@ -199,7 +237,8 @@ export function compileWorkflow(definition: WorkflowDefinition, resolver: Resolv
       }
       const where = `stage "${step.stage}"`;
       if (outputsOf.has(step.stage)) invalid(wf, where, 'another stage has this name');
-      if (inputs.has(step.stage)) invalid(wf, where, 'a workflow input has this name; references would be ambiguous');
+      if (inputs.has(step.stage) || processedInputs.has(step.stage))
+        invalid(wf, where, 'a workflow input has this name; references would be ambiguous');
       const kind = step.model !== undefined ? 'model' : 'workflow';
       const target = (step.model ?? step.workflow) as string;
       const callee = kind === 'model' ? resolver.model(target) : resolver.workflow(target);
@@ -236,12 +275,19 @@ export function compileWorkflow(definition: WorkflowDefinition, resolver: Resolv
   /** The spec of a reference read where `guards` hold; throws unless it exists there. */
   const resolve = (ref: Ref, guards: Guard[], where: string): TensorSpec => {
     if (ref.stage === undefined) {
+      const file = processedInputs.get(ref.tensor);
+      if (file)
+        invalid(
+          wf,
+          where,
+          `"${ref.tensor}" is ${file.type === 'image' ? 'an image' : `a ${file.type === 'audio' ? 'recording' : 'text'}`} input, not a tensor: only a model stage whose processing takes ${file.type} reads it`,
+        );
       const spec = inputs.get(ref.tensor);
       if (!spec)
         invalid(
           wf,
           where,
-          `"${ref.tensor}" is not a workflow input (they are ${[...inputs.keys()].join(', ')}); a stage output is "stage.tensor"`,
+          `"${ref.tensor}" is not a workflow input (they are ${[...inputs.keys(), ...processedInputs.keys()].join(', ')}); a stage output is "stage.tensor"`,
         );
       return spec;
     }
@@ -263,16 +309,28 @@ export function compileWorkflow(definition: WorkflowDefinition, resolver: Resolv
   for (const stage of stages as (PlannedStage & { spec: CallableSpec })[]) {
     const where = `stage "${stage.name}"`;
     const given = new Set(stage.inputs.map((i) => i.name));
-    for (const spec of stage.spec.inputs)
-      if (!given.has(spec.name))
-        invalid(wf, `${where}, inputs`, `${stage.kind} "${stage.target}" needs input "${spec.name}"`);
+    const takesFiles = stage.spec.processed ?? {};
+    for (const name of [...stage.spec.inputs.map((s) => s.name), ...Object.keys(takesFiles)])
+      if (!given.has(name)) invalid(wf, `${where}, inputs`, `${stage.kind} "${stage.target}" needs input "${name}"`);
     for (const { name, from } of stage.inputs) {
+      const file = takesFiles[name];
+      if (file) {
+        const fed = from.stage === undefined ? processedInputs.get(from.tensor) : undefined;
+        if (fed?.type !== file.type)
+          invalid(
+            wf,
+            `${where}, inputs.${name}`,
+            `${stage.target} takes ${file.type === 'text' ? 'a text' : `${file.type} files`} as "${name}": feed it a workflow input declared {"name": ..., "type": "${file.type}"}, not ${fed ? `a ${fed.type} input` : `"${showRef(from)}"`}`,
+          );
+        processed[from.tensor] ??= file;
+        continue;
+      }
       const want = stage.spec.inputs.find((s) => s.name === name);
       if (!want)
         invalid(
           wf,
           `${where}, inputs.${name}`,
-          `${stage.kind} "${stage.target}" has no input "${name}" (it takes ${stage.spec.inputs.map((s) => s.name).join(', ')})`,
+          `${stage.kind} "${stage.target}" has no input "${name}" (it takes ${[...stage.spec.inputs.map((s) => s.name), ...Object.keys(takesFiles)].join(', ')})`,
         );
       const have = resolve(from, stage.guards, `${where}, inputs.${name}`);
       if (have.dtype !== want.dtype)
@@ -344,7 +402,18 @@ export function compileWorkflow(definition: WorkflowDefinition, resolver: Resolv
     return stages.some((s) => s.guards.some((g) => g.branch === branch));
   }
 
-  return { definition, stages, branches, outputs, models: [...models], workflows: [...workflows] };
+  for (const name of processedInputs.keys())
+    if (!(name in processed)) invalid(wf, `input "${name}"`, 'no model stage takes it');
+  return {
+    definition,
+    inputs: [...inputs.values()],
+    processed,
+    stages,
+    branches,
+    outputs,
+    models: [...models],
+    workflows: [...workflows],
+  };
 }
 
 function rejectCycles(wf: string, stages: PlannedStage[]): void {
@@ -366,7 +435,8 @@ function rejectCycles(wf: string, stages: PlannedStage[]): void {
 /** A compiled workflow seen from outside: what a stage of another workflow may call. */
 export function callableOf(plan: WorkflowPlan): CallableSpec {
   return {
-    inputs: plan.definition.inputs,
+    inputs: plan.inputs,
+    ...(Object.keys(plan.processed).length ? { processed: plan.processed } : {}),
     // An output that may be a literal is not a tensor another stage could read.
     outputs: plan.outputs.flatMap((o) => (o.spec && !o.alternatives.some((a) => 'value' in a) ? [o.spec] : [])),
     models: plan.models,

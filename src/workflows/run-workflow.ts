@@ -3,13 +3,19 @@ import type { AuthInfo } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { tgError } from '../errors.js';
 import type { Gateway, InferOptions } from '../gateway.js';
-import type { TensorSpec } from '../registry/model-config.js';
-import { type DecodedInput, decodeInputs } from '../requests/decode-inputs.js';
+import {
+  type DecodeContext,
+  type DecodedInput,
+  decodeInputs,
+  type InputForm,
+  preparedInputs,
+} from '../requests/decode-inputs.js';
+import { decodeProcessedInputs, type ProcessingOwner, preparedProcessedInputs } from '../requests/decode-processed.js';
 import { TENSOR_INPUT_FORMS } from '../requests/inference-request.js';
 import { timeoutMs, topK } from '../requests/parameters.js';
 import { type OutputResult, presentOutput } from '../requests/present-output.js';
-import { readSource, tensorSource } from '../tensor/source.js';
-import type { WorkflowPlan } from './definition.js';
+import { readSource, type TensorSource, tensorSource } from '../tensor/source.js';
+import { isProcessedInput, type WorkflowPlan } from './definition.js';
 import {
   type BranchRecord,
   executeWorkflow,
@@ -77,8 +83,8 @@ export async function executeWorkflowRequest(
     workflow: string;
     request_id?: string | undefined;
     parameters?: Record<string, unknown> | undefined;
-    /** Decodes the inputs against the workflow's declared input specs. */
-    decode: (specs: TensorSpec[]) => DecodedInput[];
+    /** Decodes the inputs against the workflow's declared inputs. */
+    decode: (plan: WorkflowPlan) => DecodedInput[];
   },
   options: InferOptions = {},
 ): Promise<WorkflowExecution> {
@@ -93,7 +99,7 @@ export async function executeWorkflowRequest(
   const k = topK(params.top_k);
   const timeout = timeoutMs(params.timeout_ms) ?? plan.definition.timeout_ms ?? gateway.config.defaultTimeoutMs;
   const requestId = request.request_id ?? randomUUID();
-  const inputs = new Map(request.decode(plan.definition.inputs).map((d) => [d.name, readSource(d.tensor)]));
+  const inputs = new Map(request.decode(plan).map((d) => [d.name, readSource(d.tensor)]));
   const decodeMs = performance.now() - start;
   const run = await executeWorkflow(plan, inputs, stageCaller(gateway, options), {
     timeoutMs: timeout,
@@ -114,7 +120,7 @@ export async function runWorkflow(
 ): Promise<WorkflowResult> {
   const { plan, request_id, run, top_k, start, decode_ms } = await executeWorkflowRequest(
     gateway,
-    { ...request, decode: (specs) => decodeInputs(specs, request.inputs, gateway) },
+    { ...request, decode: (plan) => decodeWorkflowInputs(plan, request.inputs, gateway) },
     options,
   );
   const encodeStart = performance.now();
@@ -139,18 +145,81 @@ export async function runWorkflow(
   };
 }
 
+/**
+ * A workflow's inputs as an agent passes them (infer's forms): tensors checked against their
+ * specs, files and texts read into BYTES items checked as the model input they feed checks them.
+ */
+export function decodeWorkflowInputs(
+  plan: WorkflowPlan,
+  inputs: Record<string, unknown>,
+  ctx: DecodeContext,
+): DecodedInput[] {
+  const [files, tensors] = splitInputs(plan, inputs);
+  return [
+    ...decodeInputs(plan.inputs, Object.fromEntries(tensors), ctx),
+    ...(Object.keys(plan.processed).length
+      ? decodeProcessedInputs(filesOwner(plan), Object.fromEntries(files), ctx)
+      : []),
+  ];
+}
+
+/** The same for inputs an adapter decoded (OIP v2): files and texts as BYTES tensors. */
+export function preparedWorkflowInputs(
+  plan: WorkflowPlan,
+  inputs: Map<string, TensorSource>,
+  form: InputForm,
+  ctx: DecodeContext,
+): DecodedInput[] {
+  const [files, tensors] = splitInputs(plan, Object.fromEntries(inputs));
+  return [
+    ...preparedInputs(plan.inputs, new Map(tensors), form),
+    ...(Object.keys(plan.processed).length ? preparedProcessedInputs(filesOwner(plan), new Map(files), form, ctx) : []),
+  ];
+}
+
+/** [files and texts, tensors] by name; a name that is neither is refused naming every input. */
+function splitInputs<T>(plan: WorkflowPlan, inputs: Record<string, T>): [[string, T][], [string, T][]] {
+  const files: [string, T][] = [];
+  const tensors: [string, T][] = [];
+  for (const [name, value] of Object.entries(inputs)) {
+    if (name in plan.processed) files.push([name, value]);
+    else if (plan.inputs.some((s) => s.name === name)) tensors.push([name, value]);
+    else
+      throw tgError(
+        'UNKNOWN_INPUT',
+        `input "${name}" is not declared by workflow ${plan.definition.name}; it takes ${plan.definition.inputs
+          .map((i) => `"${i.name}" (${isProcessedInput(i) ? i.type : `${i.dtype}[${i.shape.join(', ')}]`})`)
+          .join(', ')}`,
+        { input: name, expected: plan.definition.inputs.map((i) => i.name) },
+      );
+  }
+  return [files, tensors];
+}
+
+function filesOwner(plan: WorkflowPlan): ProcessingOwner {
+  return { name: `workflow ${plan.definition.name}`, processing: { inputs: plan.processed } };
+}
+
 /** Model stages go through the gateway's pipeline (queue, batching, metrics); nested workflows recurse. */
 function stageCaller(gateway: Gateway, options: InferOptions): StageCaller {
   const caller: StageCaller = {
     async model(target, version, inputs, { signal, timeoutMs: remaining, requestId }) {
+      // A model with processing gets the workflow's files and texts as the BYTES items they were
+      // read into, checked again as that model's own (its formats, its limits).
+      const files = gateway.modelConfig(target).processing !== undefined;
       const result = await gateway.inferTensors(
         {
           model: target,
           ...(version !== undefined ? { version } : {}),
           request_id: requestId,
           parameters: { timeout_ms: Math.max(1, Math.ceil(remaining)) },
-          inputs: new Map([...inputs].map(([name, t]) => [name, tensorSource(t)])),
-          form: 'handle',
+          inputs: new Map(
+            [...inputs].map(([name, t]) => [
+              name,
+              files ? { ...tensorSource(t), bytes: true as const } : tensorSource(t),
+            ]),
+          ),
+          form: files ? 'binary' : 'handle',
         },
         { signal, ...(options.adapter ? { adapter: options.adapter } : {}) },
       );

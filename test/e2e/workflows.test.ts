@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
+import { encodePng } from '../../src/tensor/png.js';
 import { type Connected, connect } from '../helpers/mcp.js';
 import { ensureTestModels, ROOT, visionPipelineRepository } from '../helpers/models.js';
 
@@ -376,17 +377,31 @@ describe('tensorgate register DIR (workflow)', () => {
   });
 });
 
-describe('the demo vision pipeline', () => {
+describe('the demo vision pipeline: image files in, a tool of its own', () => {
   let vision: Connected;
-  const pixels = (object: boolean) => {
-    // A dark 224x224 RGB image, with a bright 64x64 square when `object`.
-    const data = Buffer.alloc(224 * 224 * 3, 20);
-    if (object) for (let y = 64; y < 128; y++) data.fill(240, (y * 224 + 96) * 3, (y * 224 + 160) * 3);
-    return { b64: data.toString('base64'), shape: [1, 224, 224, 3] };
+  let files: { object: string; empty: string; small: string; text: string };
+  const pixels = (object: boolean, size = 224) => {
+    // A dark RGB image, with a bright square over rows 64-127 and columns 96-159 (of 224) when `object`.
+    const data = Buffer.alloc(size * size * 3, 20);
+    const at = (v: number) => Math.round((v * size) / 224);
+    if (object)
+      for (let y = at(64); y < at(128); y++) data.fill(240, (y * size + at(96)) * 3, (y * size + at(160)) * 3);
+    return data;
   };
 
   before(async () => {
     vision = await connect('http', undefined, [], visionPipelineRepository(mkdtempSync(join(tmpdir(), 'tg-vision-'))));
+    files = {
+      object: join(vision.workDir, 'object.png'),
+      empty: join(vision.workDir, 'empty.png'),
+      // Half the size: the pipeline's first model resizes it to 224x224 before anything else.
+      small: join(vision.workDir, 'small.png'),
+      text: join(vision.workDir, 'notes.png'),
+    };
+    writeFileSync(files.object, encodePng(pixels(true), 224, 224, 3));
+    writeFileSync(files.empty, encodePng(pixels(false), 224, 224, 3));
+    writeFileSync(files.small, encodePng(pixels(true, 112), 112, 112, 3));
+    writeFileSync(files.text, 'not an image at all');
   });
 
   after(async () => {
@@ -396,7 +411,7 @@ describe('the demo vision pipeline', () => {
   const runVision = async (object: boolean) => {
     const result = await vision.client.callTool({
       name: 'run_workflow',
-      arguments: { workflow: 'vision-pipeline', inputs: { image: pixels(object) } },
+      arguments: { workflow: 'vision-pipeline', inputs: { image: object ? files.object : files.empty } },
     });
     assert.ok(!result.isError, JSON.stringify(result.content));
     return result.structuredContent as Run;
@@ -437,5 +452,102 @@ describe('the demo vision pipeline', () => {
     assert.deepEqual(output(empty, 'classes').value, { status: 'no_objects' });
     assert.equal(output(empty, 'objects').value, 0);
     assert.equal(output(empty, 'boxes').from, 'detect.boxes');
+  });
+
+  it('has a tool of its own whose schema takes an image file, and answers like run_workflow', async () => {
+    const { tools } = await vision.client.listTools();
+    const tool = tools.find((t) => t.name === 'vision-pipeline');
+    assert.ok(tool, `tools: ${tools.map((t) => t.name).join(', ')}`);
+    assert.deepEqual(Object.keys(tool.inputSchema.properties ?? {}), ['image']);
+    const image = (tool.inputSchema.properties as Record<string, { description?: string }>).image;
+    assert.match(image?.description ?? '', /^the photo to look at: an absolute path or file:\/\/ URL of a PNG, JPEG/);
+    assert.match(tool.description ?? '', /Runs 4 stages server-side/);
+    assert.equal(tool.annotations?.readOnlyHint, true);
+
+    // A picture half the size is resized by the first stage's processing: the same square found.
+    for (const image of [files.small, `data:image/png;base64,${readFileSync(files.object).toString('base64')}`]) {
+      const result = await vision.client.callTool({ name: 'vision-pipeline', arguments: { image } });
+      assert.ok(!result.isError, JSON.stringify(result.content));
+      const run = result.structuredContent as Run;
+      assert.deepEqual(
+        run.stages.map((s) => [s.stage, s.status]),
+        [
+          ['prep', 'ok'],
+          ['detect', 'ok'],
+          ['classify', 'ok'],
+          ['fuse', 'ok'],
+        ],
+      );
+      assert.deepEqual(output(run, 'objects').summary?.values, [4]);
+      assert.ok((stage(run, 'prep').timings?.preprocess_ms ?? -1) >= 0, "the image was decoded in prep's worker");
+    }
+  });
+
+  it('refuses what is not an image with its code, naming the input, and serves on', async () => {
+    const bad = await vision.client.callTool({ name: 'vision-pipeline', arguments: { image: files.text } });
+    assert.equal(bad.isError, true);
+    const text = (bad.content as { text: string }[])[0]?.text ?? '';
+    assert.match(text, /^BAD_IMAGE: input "image": .*not a PNG, JPEG, WebP, GIF or BMP image/);
+    const unknown = await vision.client.callTool({
+      name: 'run_workflow',
+      arguments: { workflow: 'vision-pipeline', inputs: { photo: files.object } },
+    });
+    assert.match(
+      (unknown.content as { text: string }[])[0]?.text ?? '',
+      /^UNKNOWN_INPUT: input "photo" is not declared by workflow vision-pipeline; it takes "image" \(image\)/,
+    );
+    const tensor = await vision.client.callTool({
+      name: 'run_workflow',
+      arguments: {
+        workflow: 'vision-pipeline',
+        inputs: { image: { b64: pixels(true).toString('base64'), shape: [1, 224, 224, 3] } },
+      },
+    });
+    assert.match((tensor.content as { text: string }[])[0]?.text ?? '', /^BAD_IMAGE: input "image"/);
+    assert.equal((await runVision(true)).stages.length, 4);
+  });
+
+  it('takes the image as a BYTES input over OIP v2: the path as a JSON string, or the file in a binary body', async () => {
+    const base = new URL(vision.url as string).origin;
+    const metadata = (await (await fetch(`${base}/v2/models/vision-pipeline`)).json()) as { inputs: unknown[] };
+    assert.deepEqual(metadata.inputs, [{ name: 'image', datatype: 'BYTES', shape: [-1] }]);
+    const objects = (body: { outputs: { name: string; data: number[] }[] }) =>
+      body.outputs.find((o) => o.name === 'objects')?.data;
+    const json = await fetch(`${base}/v2/models/vision-pipeline/infer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ inputs: [{ name: 'image', datatype: 'BYTES', shape: [1], data: [files.object] }] }),
+    });
+    assert.equal(json.status, 200, await json.clone().text());
+    assert.deepEqual(objects(await json.json()), [4]);
+    // The binary extension: a JSON header, then the element (a 4-byte length and the file's bytes).
+    const png = readFileSync(files.small);
+    const element = Buffer.concat([Buffer.from(new Uint32Array([png.byteLength]).buffer), png]);
+    const header = Buffer.from(
+      JSON.stringify({
+        inputs: [
+          { name: 'image', datatype: 'BYTES', shape: [1], parameters: { binary_data_size: element.byteLength } },
+        ],
+        outputs: [{ name: 'objects', parameters: { binary_data: false } }],
+      }),
+    );
+    const binary = await fetch(`${base}/v2/models/vision-pipeline/infer`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/octet-stream',
+        'inference-header-content-length': String(header.byteLength),
+      },
+      body: Buffer.concat([header, element]),
+    });
+    assert.equal(binary.status, 200, await binary.clone().text());
+    assert.deepEqual(objects(await binary.json()), [4]);
+  });
+
+  it('lists the image input in list_workflows by kind', async () => {
+    const listed = await vision.client.callTool({ name: 'list_workflows', arguments: {} });
+    const workflows = (listed.structuredContent as { workflows: { name: string; inputs: unknown[] }[] }).workflows;
+    assert.deepEqual(workflows.find((w) => w.name === 'vision-pipeline')?.inputs, [
+      { name: 'image', type: 'image', description: 'the photo to look at' },
+    ]);
   });
 });

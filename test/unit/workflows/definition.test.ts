@@ -266,3 +266,80 @@ describe('workflow compilation', () => {
     );
   });
 });
+
+describe('workflow inputs taken as files or texts', () => {
+  const photo = { type: 'image' as const, mode: 'RGB' as const, formats: ['png' as const], max_pixels: 100 };
+  const files: Resolver = {
+    model: (n) =>
+      n === 'reader'
+        ? {
+            inputs: [],
+            processed: { photo: photo as never },
+            outputs: [f32('pixels', [-1, 3, 8, 8])],
+            models: ['reader'],
+            workflows: [],
+          }
+        : MODELS[n],
+    workflow: () => undefined,
+  };
+  const image = { name: 'image', type: 'image' };
+  const compileFiles = (patch: Partial<typeof base>) =>
+    compileWorkflow(parseWorkflowDefinition({ ...base, inputs: [image] as never, ...patch }, 'test'), files);
+  const refusedFiles = (patch: Partial<typeof base>, message: RegExp) =>
+    assert.throws(
+      () => compileFiles(patch),
+      (err: TensorgateError) => {
+        assert.equal(err.code, 'INVALID_WORKFLOW');
+        assert.match(err.message, message);
+        return true;
+      },
+    );
+  const read = { stage: 'r', model: 'reader', inputs: { photo: 'image' } };
+
+  it('feed model stages whose processing takes their kind, and take that processing', () => {
+    const plan = compileFiles({
+      steps: [read, { stage: 'c', model: 'image', inputs: { pixels: 'r.pixels' } }],
+      outputs: { logits: 'c.logits' },
+    });
+    assert.deepEqual(plan.inputs, []);
+    assert.deepEqual(plan.processed, { image: photo });
+  });
+
+  it('are refused where a tensor is read, and a tensor where a file is', () => {
+    refusedFiles(
+      { steps: [read, { stage: 'a', model: 'ident', inputs: { x: 'image' } }], outputs: { y: 'a.y' } },
+      /stage "a", inputs\.x: "image" is an image input, not a tensor: only a model stage whose processing takes image reads it/,
+    );
+    refusedFiles(
+      {
+        inputs: [image, f32('x')] as never,
+        steps: [read, { stage: 'b', model: 'reader', inputs: { photo: 'x' } }],
+        outputs: { p: 'b.pixels' },
+      },
+      /stage "b", inputs\.photo: reader takes image files as "photo": feed it a workflow input declared \{"name": \.\.\., "type": "image"\}, not "x"/,
+    );
+    refusedFiles(
+      { inputs: [{ name: 'image', type: 'text' }] as never, steps: [read], outputs: { p: 'r.pixels' } },
+      /not a text input/,
+    );
+    refusedFiles(
+      { steps: [read], outputs: { p: 'image' } },
+      /outputs, "image": "image" is an image input, not a tensor/,
+    );
+    refusedFiles(
+      {
+        steps: [read, { if: 'max(image) > 0', then: [{ stage: 'a', model: 'image', inputs: { pixels: 'r.pixels' } }] }],
+        outputs: { p: 'r.pixels' },
+      },
+      /branch 0 \("max\(image\) > 0"\): "image" is an image input/,
+    );
+    refusedFiles(
+      { inputs: [image, { name: 'other', type: 'image' }] as never, steps: [read], outputs: { p: 'r.pixels' } },
+      /input "other": no model stage takes it/,
+    );
+    refusedFiles(
+      { steps: [{ stage: 'r', model: 'reader', inputs: {} }], outputs: { p: 'r.pixels' } },
+      /stage "r", inputs: model "reader" needs input "photo"/,
+    );
+  });
+});
