@@ -141,7 +141,7 @@ function inputSchema(input: ProcessedInputConfig): z.ZodType {
       return z
         .union([one, many])
         .describe(
-          `${input.description ?? 'the image'}: an absolute path or file:// URL of a ${input.formats.map((f) => f.toUpperCase()).join(', ')} file, a data: URI, or base64 of the file; a list for several images`,
+          `${input.description ?? 'the image'}: an absolute path or file:// URL of a ${input.formats.map((f) => f.toUpperCase()).join(', ')} file, a data: URI, base64 of the file, or a tensor:// handle of pictures; a list for several images`,
         );
     case 'audio':
       return z

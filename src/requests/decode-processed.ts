@@ -12,8 +12,10 @@ import {
 import { fromBase64Bytes } from '../tensor/base64.js';
 import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
 import type { TensorSource } from '../tensor/source.js';
+import { TENSOR_URI_PREFIX } from '../tensor/store.js';
 import type { DecodeContext, DecodedInput } from './decode-inputs.js';
 import { resolveAllowedPath } from './decode-inputs.js';
+import { renderImages } from './render-images.js';
 
 /**
  * The inputs of a model with processing: what an agent holds (an image or WAV file's path, a
@@ -29,7 +31,7 @@ const FILE_FORMS =
 export function inputForms(input: ProcessedInputConfig): string {
   switch (input.type) {
     case 'image':
-      return `an image (${input.formats.map((f) => f.toUpperCase()).join(', ')}): ${FILE_FORMS}`;
+      return `an image (${input.formats.map((f) => f.toUpperCase()).join(', ')}): ${FILE_FORMS}; or a tensor:// handle of pictures (an earlier call's image output)`;
     case 'audio':
       return `a WAV recording (PCM or float; mixed to mono and resampled to ${input.sample_rate} Hz): ${FILE_FORMS}`;
     case 'text':
@@ -95,12 +97,17 @@ export function decodeProcessedInputs(
     if (values.length === 0)
       throw tgError(badCode(input), `input "${name}" is an empty list; give at least one item`, { input: name });
     let form: DecodedInput['form'] = input.type === 'text' ? 'text' : 'path';
-    const items = values.map((v, index) => {
+    const items = values.flatMap((v, index) => {
       const at = { input: name, item: values.length > 1 ? index : undefined, config: input };
-      if (input.type === 'text') return textBytes(at, v);
+      if (input.type === 'text') return [textBytes(at, v)];
+      const handle = handleOf(v);
+      if (handle !== undefined) {
+        form = 'handle';
+        return handleImages(at, handle, ctx);
+      }
       const read = readFile(at, v, ctx);
       form = read.form;
-      return read.bytes;
+      return [read.bytes];
     });
     return { name, tensor: bytesSource(items), form, decodeMs: performance.now() - start };
   });
@@ -185,6 +192,59 @@ function checkUtf8(at: Item, bytes: Uint8Array): Uint8Array {
   return bytes;
 }
 
+/** The tensor:// handle a value is (the URI, or {"handle": URI}), if it is one. */
+function handleOf(value: unknown): string | undefined {
+  if (typeof value === 'string') return value.trim().startsWith(TENSOR_URI_PREFIX) ? value.trim() : undefined;
+  const handle = value !== null && typeof value === 'object' ? (value as Record<string, unknown>).handle : undefined;
+  return typeof handle === 'string' ? handle : undefined;
+}
+
+const CHANNELS = [1, 3, 4];
+
+/**
+ * The pictures a tensor:// handle holds (an earlier call's image output, say), each encoded as a
+ * PNG item: [H, W] is one grayscale picture, [C, H, W] or [H, W, C] one picture, and [N, C, H, W]
+ * or [N, H, W, C] N of them, with 1, 3 or 4 channels. uint8 values are pixels as they are;
+ * floating-point values are taken as 0-1 and scaled to 0-255; values past the range are clamped.
+ */
+function handleImages(at: Item, uri: string, ctx: DecodeContext): Uint8Array[] {
+  const data = errorData(at);
+  if (at.config.type !== 'image')
+    throw tgError(
+      badCode(at.config),
+      `${where(at)}: a tensor handle holds a tensor, not a WAV file; pass the recording as ${FILE_FORMS}`,
+      data,
+    );
+  const { tensor } = ctx.store.get(uri);
+  const s = tensor.shape;
+  let shape: number[] | undefined;
+  let layout: 'CHW' | 'HWC' = 'CHW';
+  if (s.length === 2) shape = [1, 1, ...s];
+  else if (s.length === 3 && CHANNELS.includes(s[2] as number)) [shape, layout] = [[1, ...s], 'HWC'];
+  else if (s.length === 3 && CHANNELS.includes(s[0] as number)) shape = [1, ...s];
+  else if (s.length === 4 && CHANNELS.includes(s[1] as number)) shape = s;
+  else if (s.length === 4 && CHANNELS.includes(s[3] as number)) [shape, layout] = [s, 'HWC'];
+  if (!shape || !['uint8', 'float32', 'float16', 'bfloat16', 'float64'].includes(tensor.dtype))
+    throw tgError(
+      'BAD_IMAGE',
+      `${where(at)}: ${uri} is ${tensor.dtype}[${s.join(', ')}], not pictures: a handle given as an image holds uint8 pixels or 0-1 floats shaped [H, W], [C, H, W], [H, W, C], [N, C, H, W] or [N, H, W, C] with 1, 3 or 4 channels`,
+      data,
+    );
+  const [, a = 0, b = 0, c = 0] = shape;
+  const pixels = layout === 'CHW' ? b * c : a * b;
+  if (pixels > at.config.max_pixels)
+    throw tgError(
+      'IMAGE_TOO_LARGE',
+      `${where(at)}: ${uri} holds pictures of ${pixels} pixels, over this input's limit of ${at.config.max_pixels}`,
+      data,
+    );
+  const rendered = renderImages(
+    { ...tensor, shape },
+    { type: 'image', layout, scale: tensor.dtype === 'uint8' ? 1 : 255 },
+  );
+  return rendered.map((r) => r.png);
+}
+
 /** A file's bytes from any of the forms an agent may hold it in. */
 function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: DecodedInput['form']; bytes: Uint8Array } {
   const code = badCode(at.config);
@@ -240,12 +300,7 @@ function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: Decoded
     source = 'the base64 data';
     bytes = fromBase64(text);
   } else {
-    const handle = obj?.handle !== undefined || (typeof value === 'string' && value.startsWith('tensor://'));
-    throw tgError(
-      code,
-      `${where(at)}: ${handle ? 'a tensor handle holds a tensor, not a file; ' : ''}expected ${inputForms(at.config)}`,
-      data,
-    );
+    throw tgError(code, `${where(at)}: expected ${inputForms(at.config)}`, data);
   }
   return { form, bytes: checkFile(at, bytes, source) };
 }

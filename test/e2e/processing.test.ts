@@ -194,7 +194,12 @@ describe('image inputs through MCP (digits demo model)', () => {
     await refused(server.client, join(dir, 'missing.png'), 'FILE_NOT_FOUND');
     await refused(server.client, 'images/relative.png', 'PATH_NOT_ALLOWED', /not absolute/);
     await refused(server.client, 'data:image/png,notbase64', 'BAD_IMAGE', /must be base64/);
-    await refused(server.client, { handle: 'tensor://x' }, 'BAD_IMAGE', /tensor handle holds a tensor/);
+    await refused(
+      server.client,
+      { handle: 'tensor://x' },
+      'HANDLE_NOT_FOUND',
+      /tensor:\/\/x is unknown or has expired/,
+    );
     await refused(server.client, [], 'BAD_IMAGE', /empty list/);
 
     const listed = await refused(server.client, [join(dir, names[1] as string), empty], 'BAD_IMAGE');
@@ -442,6 +447,47 @@ describe('image and mask outputs: pictures answered as PNG image content', () =>
     const check = worst('ink', images[0]?.data as string);
     assert.deepEqual(check.size, [16, 16]);
     assert.ok(check.worst <= 1, `pixels differ by up to ${check.worst}`);
+  });
+
+  it('takes a tensor:// handle of pictures as an image input: ink on its own output is the picture', async () => {
+    const first = (await server.client.callTool({
+      name: 'infer',
+      arguments: { model: 'ink', inputs: { image: picture } },
+    })) as { isError?: boolean; content: { text?: string }[]; structuredContent?: { outputs: { uri: string }[] } };
+    assert.notEqual(first.isError, true, first.content[0]?.text);
+    const handle = first.structuredContent?.outputs[0]?.uri as string;
+    assert.match(handle, /^tensor:\/\//);
+    // The URI through the model's tool, {"handle": URI} through infer.
+    for (const [name, args] of [
+      ['ink', { image: handle }],
+      ['infer', { model: 'ink', inputs: { image: { handle } } }],
+    ] as const) {
+      const again = (await server.client.callTool({ name, arguments: args })) as {
+        isError?: boolean;
+        content: { type: string; text?: string; data?: string }[];
+      };
+      assert.notEqual(again.isError, true, again.content[0]?.text);
+      const check = worst('ink-twice', again.content.find((c) => c.type === 'image')?.data as string);
+      assert.ok(check.worst <= 1, `pixels differ by up to ${check.worst}`);
+    }
+    // A handle of something that is not pictures, and one that does not exist.
+    const mask = (await server.client.callTool({
+      name: 'infer',
+      arguments: { model: 'ink-mask', inputs: { image: picture } },
+    })) as { structuredContent?: { outputs: { uri: string }[] } };
+    const notPictures = (await server.client.callTool({
+      name: 'ink',
+      arguments: { image: mask.structuredContent?.outputs[0]?.uri },
+    })) as { isError?: boolean; content: { text?: string }[] };
+    assert.equal(notPictures.isError, true);
+    assert.match(
+      notPictures.content[0]?.text ?? '',
+      /^BAD_IMAGE: input "image": tensor:\/\/\S+ is int64\[1, 16, 16\], not pictures/,
+    );
+    const gone = (await server.client.callTool({ name: 'ink', arguments: { image: 'tensor://nope' } })) as {
+      content: { text?: string }[];
+    };
+    assert.match(gone.content[0]?.text ?? '', /^HANDLE_NOT_FOUND: /);
   });
 
   it("answers a mask output as a PNG in a colour per class, with each class's share", async () => {

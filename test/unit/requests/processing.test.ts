@@ -185,12 +185,12 @@ test('texts travel as their UTF-8 and recordings as WAV files, each refused with
   code({ audio: PNG_HEAD.toString('base64') }, 'BAD_AUDIO', /is not a WAV recording \(it is a PNG image\)/);
   code({ audio: '' }, 'BAD_AUDIO', /empty string/);
   code({ audio: 'data:audio/wav,raw' }, 'BAD_AUDIO', /data:audio\/wav;base64/);
-  code({ audio: 'tensor://abc' }, 'PATH_NOT_ALLOWED', /not absolute/);
   code(
-    { audio: { handle: 'abc' } },
+    { audio: 'tensor://abc' },
     'BAD_AUDIO',
-    /a tensor handle holds a tensor, not a file; expected a WAV recording/,
+    /input "audio": a tensor handle holds a tensor, not a WAV file; pass the recording as an absolute path/,
   );
+  code({ audio: { handle: 'abc' } }, 'BAD_AUDIO', /a tensor handle holds a tensor, not a WAV file/);
 });
 
 test('OIP BYTES elements for a text input must be UTF-8', () => {
@@ -264,4 +264,61 @@ test("a batched response's handler answers are split by rows with its outputs", 
     [['a', 'b'], ['c']],
   );
   assert.throws(() => splitResponse({ outputs, answers: ['a'], timings }, [2, 1]), { code: 'HANDLER_FAILED' });
+});
+
+test('a tensor:// handle of pictures becomes one PNG item per picture, in any layout', () => {
+  const config = parseModelConfig(
+    {
+      name: 'photos',
+      inputs: [{ name: 'image', dtype: 'float32', shape: [-1, 3, 8, 8] }],
+      outputs: [{ name: 'logits', dtype: 'float32', shape: [-1, 10] }],
+      versions: { '1': { format: 'export', file: 'm.pt2' } },
+      processing: { inputs: { image: { type: 'image', resize: { size: [8, 8] }, max_pixels: 64 } } },
+    },
+    'test',
+  );
+  const store = new TensorStore(1 << 20, 60_000);
+  const ctx = { config: { allowedRoots: [], maxArrayElements: 10, maxInputBytes: 1000 }, store };
+  const put = (dtype: 'uint8' | 'float32' | 'int64', shape: number[]) => {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const data =
+      dtype === 'float32'
+        ? new Uint8Array(new Float32Array(n).fill(0.5).buffer)
+        : dtype === 'int64'
+          ? new Uint8Array(n * 8)
+          : new Uint8Array(n).fill(200);
+    return store.put(makeTensor(dtype, shape, data), 'test').uri;
+  };
+  /** PNG width, height and colour type (0 gray, 2 RGB, 6 RGBA) of each item. */
+  const pngs = (value: unknown) => {
+    const [decoded] = decodeProcessedInputs(config, { image: value }, ctx);
+    assert.equal(decoded?.form, 'handle');
+    return splitBytes(filled(decoded?.tensor as TensorSource)).map((png) => {
+      const b = Buffer.from(png);
+      assert.equal(b.subarray(1, 4).toString(), 'PNG');
+      return [b.readUInt32BE(16), b.readUInt32BE(20), b[25]];
+    });
+  };
+  assert.deepEqual(pngs(put('uint8', [2, 8, 6, 3])), [
+    [6, 8, 2],
+    [6, 8, 2],
+  ]);
+  assert.deepEqual(pngs({ handle: put('float32', [3, 4, 5]) }), [[5, 4, 2]]);
+  assert.deepEqual(pngs(put('float32', [4, 5, 4])), [[5, 4, 6]]);
+  assert.deepEqual(pngs([put('uint8', [7, 7]), put('float32', [1, 1, 2, 2])]), [
+    [7, 7, 0],
+    [2, 2, 0],
+  ]);
+  assert.throws(() => decodeProcessedInputs(config, { image: put('int64', [1, 3, 2, 2]) }, ctx), {
+    code: 'BAD_IMAGE',
+    message: /is int64\[1, 3, 2, 2\], not pictures/,
+  });
+  assert.throws(() => decodeProcessedInputs(config, { image: put('uint8', [5, 5, 5]) }, ctx), {
+    code: 'BAD_IMAGE',
+    message: /uint8\[5, 5, 5\], not pictures: .*1, 3 or 4 channels/,
+  });
+  assert.throws(() => decodeProcessedInputs(config, { image: put('uint8', [9, 9]) }, ctx), {
+    code: 'IMAGE_TOO_LARGE',
+    message: /pictures of 81 pixels, over this input's limit of 64/,
+  });
 });
