@@ -148,6 +148,7 @@ class ImageSteps:
     formats: tuple[str, ...]
     max_pixels: int
     invert: bool
+    jpeg_draft: bool
     resize_shorter: int | None
     resize_size: tuple[int, int] | None
     interpolation: str
@@ -176,6 +177,7 @@ class ImageSteps:
             formats=tuple(IMAGE_FORMATS[f] for f in raw.get("formats", list(IMAGE_FORMATS))),
             max_pixels=int(raw.get("max_pixels", 50_000_000)),
             invert=bool(raw.get("invert", False)),
+            jpeg_draft=bool(raw.get("jpeg_draft", True)),
             resize_shorter=resize.get("shorter"),
             resize_size=(int(size[0]), int(size[1])) if size else None,
             interpolation=_INTERPOLATION[resize.get("interpolation", "bilinear")],
@@ -231,6 +233,12 @@ class ImageSteps:
                     f"{where}: {width}x{height} is {width * height} pixels, over this input's "
                     f"limit of {self.max_pixels} (processing.inputs.{self.name}.max_pixels)",
                 )
+            full = image.size
+            draft = self._draft_size()
+            if draft is not None and image.format == "JPEG":
+                # libjpeg decodes at 1/2, 1/4 or 1/8 scale while the result stays at least this
+                # large: a 12 MP photo to a 224 crop in 9 ms instead of 113 on the development VM.
+                image.draft(image.mode, draft)
             try:
                 image.load()  # the first frame of an animation; truncated data fails here
                 upright = ImageOps.exif_transpose(image)  # a malformed EXIF block fails here
@@ -239,12 +247,27 @@ class ImageSteps:
                 raise WorkerError(
                     BAD_IMAGE, f"{where}: the {image.format} data is corrupt or truncated: {exc}"
                 ) from None
+            if upright.size != image.size:  # turned a quarter by its EXIF orientation
+                full = (full[1], full[0])
             # Decoded: what follows works on pixels in memory, and its errors would be ours.
-            return self._pixels(upright)
+            return self._pixels(upright, full)
         finally:
             image.close()
 
-    def _pixels(self, image: Any) -> tuple[np.ndarray, Geometry]:
+    def _draft_size(self) -> tuple[int, int] | None:
+        """The least size (either way round, as EXIF may turn the image) a JPEG may be decoded at
+        for the resize to come; None where it must be decoded in full."""
+        if not self.jpeg_draft:
+            return None
+        if self.resize_shorter is not None:
+            return (self.resize_shorter, self.resize_shorter)
+        if self.resize_size is not None:
+            side = max(self.resize_size)
+            return (side, side)
+        return None
+
+    def _pixels(self, image: Any, full: tuple[int, int]) -> tuple[np.ndarray, Geometry]:
+        """``full``: the image's upright size as sent, which a draft decode may have reduced."""
         width, height = image.size
         if image.mode != self.mode:
             # Transparent pixels over white, as a viewer shows them, not over their hidden colour.
@@ -266,7 +289,7 @@ class ImageSteps:
             else:
                 size = (int(short * width / height), short)
             image = image.resize(size, resample)
-        scale_x, scale_y = width / image.width, height / image.height
+        scale_x, scale_y = full[0] / image.width, full[1] / image.height
         left = top = 0
         if self.crop is not None:
             crop_height, crop_width = self.crop
@@ -275,7 +298,9 @@ class ImageSteps:
             # An image smaller than the crop is padded with black, as torchvision pads it.
             image = image.crop((left, top, left + crop_width, top + crop_height))
         pixels = np.asarray(image, dtype=np.uint8)
-        geometry = Geometry(width, height, image.width, image.height, left, top, scale_x, scale_y)
+        geometry = Geometry(
+            full[0], full[1], image.width, image.height, left, top, scale_x, scale_y
+        )
         return (pixels[:, :, None] if pixels.ndim == 2 else pixels), geometry
 
     def batch(

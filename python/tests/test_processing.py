@@ -247,3 +247,25 @@ def test_a_detection_output_asks_the_worker_for_each_image_geometry(tmp_path: Pa
     assert [g.width for g in geometry["photo"]] == [48, 24]
     plain = Processing({"inputs": {"photo": IMAGENET}}, {"photo": ("float32", 4)}, tmp_path)
     assert not plain.wants_geometry
+
+
+def test_large_jpegs_are_decoded_at_a_reduced_scale_unless_asked_not_to() -> None:
+    """A 1600x1200 JPEG to a 64 crop: libjpeg's 1/8 scale gives nearly the same pixels, and the
+    geometry still speaks of the photo as sent, upright."""
+    big = encode(picture(1600, 1200), "JPEG", quality=95)
+    config = {"type": "image", "resize": {"shorter": 72}, "center_crop": [64, 64], "scale": 1.0}
+    full_geometry: list = []
+    draft_geometry: list = []
+    full = steps({**config, "jpeg_draft": False}).batch([big], full_geometry)
+    drafted = steps(config).batch([big], draft_geometry)
+    assert drafted.shape == full.shape == (1, 3, 64, 64)
+    assert 0 < float((drafted - full).abs().mean()) < 1.0  # of 255: decoded another way, alike
+    assert full_geometry[0].json() == draft_geometry[0].json()
+    assert (draft_geometry[0].width, draft_geometry[0].height) == (1600, 1200)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored sideways: upright it is 1200 wide, 1600 high
+    sideways = encode(picture(1600, 1200), "JPEG", quality=95, exif=exif)
+    geometry: list = []
+    steps(config).batch([sideways], geometry)
+    assert (geometry[0].width, geometry[0].height) == (1200, 1600)
+    assert geometry[0].scale_x == pytest.approx(1200 / 72, rel=0.01)
