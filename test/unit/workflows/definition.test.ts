@@ -35,15 +35,17 @@ const base = {
 };
 const compile = (patch: Partial<typeof base>) =>
   compileWorkflow(parseWorkflowDefinition({ ...base, ...patch }, 'test'), resolver);
-const refused = (patch: Partial<typeof base>, message: RegExp) =>
+/** That compiling the patched definition fails with INVALID_WORKFLOW and this message. */
+const refusedBy = (compiler: typeof compile) => (patch: Partial<typeof base>, message: RegExp) =>
   assert.throws(
-    () => compile(patch),
+    () => compiler(patch),
     (err: TensorgateError) => {
       assert.equal(err.code, 'INVALID_WORKFLOW');
       assert.match(err.message, message);
       return true;
     },
   );
+const refused = refusedBy(compile);
 
 describe('workflow compilation', () => {
   it('plans data dependencies, branch guards and output alternatives', () => {
@@ -285,15 +287,7 @@ describe('workflow inputs taken as files or texts', () => {
   const image = { name: 'image', type: 'image' };
   const compileFiles = (patch: Partial<typeof base>) =>
     compileWorkflow(parseWorkflowDefinition({ ...base, inputs: [image] as never, ...patch }, 'test'), files);
-  const refusedFiles = (patch: Partial<typeof base>, message: RegExp) =>
-    assert.throws(
-      () => compileFiles(patch),
-      (err: TensorgateError) => {
-        assert.equal(err.code, 'INVALID_WORKFLOW');
-        assert.match(err.message, message);
-        return true;
-      },
-    );
+  const refusedFiles = refusedBy(compileFiles);
   const read = { stage: 'r', model: 'reader', inputs: { photo: 'image' } };
 
   it('feed model stages whose processing takes their kind, and take that processing', () => {
