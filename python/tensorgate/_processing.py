@@ -24,9 +24,11 @@ import json
 import logging
 import struct
 import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -50,11 +52,17 @@ try:  # Pillow is a runtime requirement, but a worker without it still serves pl
     from PIL import Image, ImageOps, UnidentifiedImageError
 except ImportError:  # pragma: no cover - exercised only by installs without Pillow
     Image = None  # type: ignore[assignment]
+else:
+    # Pillow warns between its own pixel limit and twice that; each input's max_pixels is checked
+    # before decoding instead. Set once here: catch_warnings is not safe on the decode threads.
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 #: The formats an image input takes, by config name, with Pillow's names for them.
 IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF", "bmp": "BMP"}
 
 _LENGTH = struct.Struct("<I")
+
+T = TypeVar("T")
 
 log = logging.getLogger("tensorgate.worker")
 
@@ -108,6 +116,23 @@ _INTERPOLATION = {
     "box": "BOX",
     "lanczos": "LANCZOS",
 }
+
+
+_decoders: ThreadPoolExecutor | None = None
+
+
+def _decode_all(decode: Callable[[int, memoryview], T], items: list[memoryview]) -> list[T]:
+    """Each item decoded, in order; a batch's items side by side on as many threads as the
+    worker's forward pass uses (``resources.threads``): Pillow lets go of the GIL while it
+    inflates, decodes and resizes, so the threads overlap. The first failing item's error is
+    raised, as when decoding one by one."""
+    global _decoders
+    threads = torch.get_num_threads()
+    if len(items) < 2 or threads < 2:
+        return [decode(index, data) for index, data in enumerate(items)]
+    if _decoders is None or _decoders._max_workers != threads:  # noqa: SLF001 - its own size
+        _decoders = ThreadPoolExecutor(threads, thread_name_prefix="tensorgate-decode")
+    return list(_decoders.map(decode, range(len(items)), items))
 
 
 @dataclass(frozen=True)
@@ -200,10 +225,7 @@ class ImageSteps:
         if len(data) == 0:
             raise WorkerError(BAD_IMAGE, f"{where}: the image is empty (0 bytes)")
         try:
-            with warnings.catch_warnings():
-                # Pillow warns between its own limit and twice that; ours is checked below.
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                image = Image.open(io.BytesIO(data), formats=list(IMAGE_FORMATS.values()))
+            image = Image.open(io.BytesIO(data), formats=list(IMAGE_FORMATS.values()))
         except Image.DecompressionBombError as exc:
             raise WorkerError(IMAGE_TOO_LARGE, f"{where}: {exc}") from None
         except UnidentifiedImageError:
@@ -309,7 +331,7 @@ class ImageSteps:
         """The model's input tensor for the items: decoded into one uint8 batch, then scaled,
         normalised and laid out in one vectorised pass. Each item's geometry is appended to
         ``geometry`` when one is given."""
-        decoded = [self.decode(index, data) for index, data in enumerate(items)]
+        decoded = _decode_all(self.decode, items)
         pixels = [p for p, _ in decoded]
         if geometry is not None:
             geometry.extend(g for _, g in decoded)

@@ -269,3 +269,21 @@ def test_large_jpegs_are_decoded_at_a_reduced_scale_unless_asked_not_to() -> Non
     steps(config).batch([sideways], geometry)
     assert (geometry[0].width, geometry[0].height) == (1200, 1600)
     assert geometry[0].scale_x == pytest.approx(1200 / 72, rel=0.01)
+
+
+def test_a_batch_decodes_on_the_worker_threads_in_order() -> None:
+    """With two torch threads the items decode side by side; the batch is the same, in order, and
+    a bad item still fails naming itself."""
+    items = [encode(picture(40 + 4 * i, 36), "PNG") for i in range(6)]
+    image = steps({**IMAGENET, "resize": {"size": [20, 20]}})
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_by_one = image.batch(items)
+        torch.set_num_threads(2)
+        side_by_side = image.batch(items)
+        assert torch.equal(one_by_one, side_by_side)
+        with pytest.raises(WorkerError, match='input "image" item 4: the image is empty'):
+            image.batch([*items[:4], memoryview(b""), memoryview(b"")])
+    finally:
+        torch.set_num_threads(before)

@@ -104,7 +104,7 @@ function advice(
       return `${head}: the model's forward pass on ${ctx.device} is the cost; the serving path adds little.${options.length > 0 ? ` To go faster: ${options.join(', ')}.` : ''}`;
     }
     case 'preprocess':
-      return `${head}: decoding and resizing the images in the worker. Send images nearer the model's input size (a 4000x3000 photo decodes ~100x slower than a 400x300 one), prefer JPEG or WebP to PNG for photos, or raise resources.instances so more images are decoded at once.`;
+      return `${head}: decoding and resizing the images in the worker. Send images nearer the model's input size (a 4000x3000 PNG decodes ~100x slower than a 400x300 one; large JPEGs are decoded at a reduced scale unless jpeg_draft is off), prefer JPEG to PNG for photos, or raise resources.threads (a batch's images are decoded on the worker's threads) or resources.instances.`;
     case 'postprocess':
       return `${head}: turning outputs into labels. Ask for fewer labels (top_k), or report it: it should be tiny.`;
     case 'encode':
