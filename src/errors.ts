@@ -178,6 +178,11 @@ export const ERROR_CODES = {
     summary:
       'The model or workflow is being registered by another request, or was registered again elsewhere while this registration ran.',
   },
+  JOB_NOT_FOUND: { status: 404, summary: 'No batch job with that id is recorded.' },
+  RESULTS_EXIST: {
+    status: 409,
+    summary: "The job's results file exists already; a job never writes over one unless asked to.",
+  },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

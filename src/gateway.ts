@@ -11,6 +11,7 @@ import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from './errors.js';
+import { JobManager } from './jobs/job-manager.js';
 import { GpuSampler } from './metrics/gpu.js';
 import { InferenceStats } from './metrics/inference-stats.js';
 import { PrometheusMetrics } from './metrics/prometheus.js';
@@ -89,6 +90,8 @@ export interface InferenceResult {
   images?: RenderedImage[];
   /** Models with a text output: each item's token ids, decoded. */
   texts?: string[];
+  /** The output tensors themselves, when the caller asked not to keep them (`keepOutputs: false`). */
+  tensors?: NamedTensor[];
   timings: StageTimings;
   notes: string[];
 }
@@ -98,6 +101,12 @@ export interface InferOptions {
   signal?: AbortSignal;
   /** The adapter the request came through, for the request log and spans. */
   adapter?: Adapter;
+  /**
+   * false: the outputs are not kept behind tensor:// handles; the result carries the tensors
+   * themselves (`tensors`) for the caller to use at once (batch jobs, whose outputs would
+   * otherwise crowd out the handles interactive callers hold).
+   */
+  keepOutputs?: boolean;
 }
 
 /** What is known of a failed request where it failed. */
@@ -171,6 +180,8 @@ export class Gateway {
   readonly access: AccessControl;
   /** Registered workflows, compiled against the registered models. */
   readonly workflows: WorkflowCatalogue;
+  /** Batch jobs: a model run over many files or texts, its answers written to a file (src/jobs). */
+  readonly jobs: JobManager;
   private readonly models: ModelManager;
   /** Registrations running now, by model name: a second one of the same name is refused. */
   private readonly registering = new Map<string, string>();
@@ -225,6 +236,13 @@ export class Gateway {
       (message, fields) => log(message, { level: 'error', ...fields }),
     );
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
+    this.jobs = new JobManager({
+      infer: (request, options) => this.infer(request, options),
+      modelConfig: (name) => this.modelConfig(name),
+      allowedRoots: config.allowedRoots,
+      store: registry.store,
+      log: (message, fields) => log(message, fields),
+    });
     this.models = new ModelManager({
       engines: new Map<string, Engine>([
         ['torch', new TorchEngine({ onLog: log, cacheDir: config.cacheDir })],
@@ -357,6 +375,10 @@ export class Gateway {
         .filter(({ config }) => config.load === 'eager')
         .map(({ name, dir, config }) => this.loadVersions(name, dir, config)),
     );
+    // Jobs the last run of the server left unfinished go on from their last commit.
+    await this.jobs
+      .resume()
+      .catch((err) => this.log(`could not resume the batch jobs: ${(err as Error).message}`, { level: 'error' }));
   }
 
   /** Applies registrations made by another process: new and changed models (re)load, removed ones unload. */
@@ -517,12 +539,15 @@ export class Gateway {
     const images = processed?.type === 'image' || processed?.type === 'mask' ? this.images(run, processed) : undefined;
     const postprocessed = processed ? performance.now() - postprocessStart : undefined;
     const encodeStart = performance.now();
-    const outputs = run.outputs.map(({ name, tensor }) =>
-      presentOutput(this.store, name, tensor, `${run.config.name}@${run.version}:${name}`, {
-        labels: run.config.outputs.find((o) => o.name === name)?.labels,
-        topK: run.topK,
-      }),
-    );
+    const keep = options.keepOutputs !== false;
+    const outputs = keep
+      ? run.outputs.map(({ name, tensor }) =>
+          presentOutput(this.store, name, tensor, `${run.config.name}@${run.version}:${name}`, {
+            labels: run.config.outputs.find((o) => o.name === name)?.labels,
+            topK: run.topK,
+          }),
+        )
+      : [];
     const embedding = embedded && {
       ...embedded,
       uri: outputs.find((o) => o.name === embedded.output)?.uri ?? '',
@@ -541,6 +566,7 @@ export class Gateway {
       ...(run.answers && processed?.type === 'text' ? { texts: run.answers as string[] } : {}),
       ...(run.answers && processed?.type !== 'text' ? { answers: run.answers } : {}),
       ...(images ? { images } : {}),
+      ...(keep ? {} : { tensors: run.outputs }),
       timings: run.finish(encodeStart, postprocessed),
       notes: arrayInputNotes(run.inputs, this.config.arrayHintElements),
     };
@@ -797,6 +823,8 @@ export class Gateway {
   async close(graceMs = this.config.shutdownGraceMs): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // Jobs stop first, at their last commit, while the workers still answer what is in flight.
+    await this.jobs.close();
     this.training.close();
     this.gpu.stop();
     await this.models.closeAll(graceMs);

@@ -8,7 +8,8 @@ import type { StageTimings } from '../gateway.js';
  */
 
 /** The adapter a request came through. */
-export type Adapter = 'mcp' | 'oip-rest' | 'oip-grpc';
+/** Where a request came from: an MCP tool, OIP v2 REST or gRPC, or a batch job's items. */
+export type Adapter = 'mcp' | 'oip-rest' | 'oip-grpc' | 'job';
 
 export interface FinishedRequest {
   request_id: string;

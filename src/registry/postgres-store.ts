@@ -3,6 +3,7 @@ import { TensorgateError, tgError } from '../errors.js';
 import { type ModelConfig, parseModelConfig } from './model-config.js';
 import { sameModel, sameWorkflow, sortVersions } from './sqlite-store.js';
 import {
+  type JobRecord,
   type LoadOutcome,
   type ModelRecord,
   type Registration,
@@ -55,6 +56,17 @@ const MIGRATIONS = [
      registered_at TIMESTAMPTZ NOT NULL,
      registered_by TEXT
    );`,
+  `CREATE TABLE jobs (
+     id TEXT PRIMARY KEY,
+     spec JSONB NOT NULL,
+     items JSONB NOT NULL,
+     state TEXT NOT NULL,
+     progress JSONB NOT NULL,
+     error TEXT,
+     created_at TIMESTAMPTZ NOT NULL,
+     created_by TEXT,
+     updated_at TIMESTAMPTZ NOT NULL
+   );`,
 ];
 
 /** Reconnection backoff of the LISTEN connection: doubles from the first to the last. */
@@ -77,6 +89,17 @@ interface VersionRow {
   warmup_ms: number | null;
   updated_at: Date;
   replica: string | null;
+}
+interface JobRow {
+  id: string;
+  spec: unknown;
+  items?: unknown;
+  state: string;
+  progress: unknown;
+  error: string | null;
+  created_at: Date;
+  created_by: string | null;
+  updated_at: Date;
 }
 interface WorkflowRow {
   name: string;
@@ -225,6 +248,54 @@ export class PostgresStore implements RegistryStore {
        WHERE model = $6 AND version = $7`,
       [status, outcome.error ?? null, outcome.loadMs ?? null, outcome.warmupMs ?? null, replica, name, version],
     );
+  }
+
+  async createJob(job: JobRecord): Promise<void> {
+    await this.query(
+      `INSERT INTO jobs (id, spec, items, state, progress, error, created_at, created_by, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+      [
+        job.id,
+        JSON.stringify(job.spec),
+        JSON.stringify(job.items),
+        job.state,
+        JSON.stringify(job.progress),
+        job.error,
+        job.createdAt,
+        job.createdBy,
+        job.updatedAt,
+      ],
+    );
+  }
+
+  async updateJob(id: string, state: string, progress: unknown, error: string | null): Promise<void> {
+    await this.query('UPDATE jobs SET state = $1, progress = $2, error = $3, updated_at = now() WHERE id = $4', [
+      state,
+      JSON.stringify(progress),
+      error,
+      id,
+    ]);
+  }
+
+  async listJobs(withItems: boolean): Promise<JobRecord[]> {
+    const columns = withItems ? '*' : 'id, spec, state, progress, error, created_at, created_by, updated_at';
+    let rows: JobRow[];
+    try {
+      rows = (await this.pool.query<JobRow>(`SELECT ${columns} FROM jobs ORDER BY created_at DESC, id`)).rows;
+    } catch (err) {
+      throw this.unavailable(err);
+    }
+    return rows.map((row) => ({
+      id: row.id,
+      spec: row.spec,
+      items: (row.items as string[] | undefined) ?? [],
+      state: row.state,
+      progress: row.progress,
+      error: row.error,
+      createdAt: row.created_at.toISOString(),
+      createdBy: row.created_by,
+      updatedAt: row.updated_at.toISOString(),
+    }));
   }
 
   watch(changed: () => void, connection: (up: boolean, error?: Error) => void): void {

@@ -49,7 +49,8 @@ export class Registry {
   private connected = true;
 
   private constructor(
-    private readonly store: RegistryStore,
+    /** Where the registry lives; batch jobs (src/jobs) record themselves in it too. */
+    readonly store: RegistryStore,
     private readonly options: RegistryOptions,
   ) {}
 

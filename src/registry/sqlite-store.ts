@@ -4,6 +4,7 @@ import Database from 'better-sqlite3';
 import { tgError } from '../errors.js';
 import { type ModelConfig, parseModelConfig } from './model-config.js';
 import {
+  type JobRecord,
   type LoadOutcome,
   type ModelRecord,
   type Registration,
@@ -50,6 +51,17 @@ const MIGRATIONS = [
    ALTER TABLE versions ADD COLUMN replica TEXT;
    ALTER TABLE workflows ADD COLUMN revision INTEGER NOT NULL DEFAULT 1;
    ALTER TABLE workflows ADD COLUMN registered_by TEXT;`,
+  `CREATE TABLE jobs (
+     id TEXT PRIMARY KEY,
+     spec TEXT NOT NULL,
+     items TEXT NOT NULL,
+     state TEXT NOT NULL,
+     progress TEXT NOT NULL,
+     error TEXT,
+     created_at TEXT NOT NULL,
+     created_by TEXT,
+     updated_at TEXT NOT NULL
+   );`,
 ];
 
 /** How often `watch` looks for commits by other processes. */
@@ -73,6 +85,18 @@ interface VersionRow {
   updated_at: string;
   replica: string | null;
 }
+interface JobRow {
+  id: string;
+  spec: string;
+  items?: string;
+  state: string;
+  progress: string;
+  error: string | null;
+  created_at: string;
+  created_by: string | null;
+  updated_at: string;
+}
+
 interface WorkflowRow {
   name: string;
   dir: string;
@@ -196,6 +220,47 @@ export class SqliteStore implements RegistryStore {
         name,
         version,
       );
+  }
+
+  async createJob(job: JobRecord): Promise<void> {
+    this.db
+      .prepare(
+        `INSERT INTO jobs (id, spec, items, state, progress, error, created_at, created_by, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(
+        job.id,
+        JSON.stringify(job.spec),
+        JSON.stringify(job.items),
+        job.state,
+        JSON.stringify(job.progress),
+        job.error,
+        job.createdAt,
+        job.createdBy,
+        job.updatedAt,
+      );
+  }
+
+  async updateJob(id: string, state: string, progress: unknown, error: string | null): Promise<void> {
+    this.db
+      .prepare('UPDATE jobs SET state = ?, progress = ?, error = ?, updated_at = ? WHERE id = ?')
+      .run(state, JSON.stringify(progress), error, new Date().toISOString(), id);
+  }
+
+  async listJobs(withItems: boolean): Promise<JobRecord[]> {
+    const columns = withItems ? '*' : 'id, spec, state, progress, error, created_at, created_by, updated_at';
+    const rows = this.db.prepare(`SELECT ${columns} FROM jobs ORDER BY created_at DESC, id`).all() as JobRow[];
+    return rows.map((row) => ({
+      id: row.id,
+      spec: JSON.parse(row.spec) as unknown,
+      items: row.items === undefined ? [] : (JSON.parse(row.items) as string[]),
+      state: row.state,
+      progress: JSON.parse(row.progress) as unknown,
+      error: row.error,
+      createdAt: row.created_at,
+      createdBy: row.created_by,
+      updatedAt: row.updated_at,
+    }));
   }
 
   watch(changed: () => void): void {

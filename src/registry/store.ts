@@ -42,6 +42,22 @@ export interface WorkflowRecord {
   registeredBy: string | null;
 }
 
+/**
+ * A batch job (src/jobs): what it runs, where it stands, and its items as listed when it started
+ * (a resumed job runs the same items in the same order even if the folder changed since).
+ */
+export interface JobRecord {
+  id: string;
+  spec: unknown;
+  items: string[];
+  state: string;
+  progress: unknown;
+  error: string | null;
+  createdAt: string;
+  createdBy: string | null;
+  updatedAt: string;
+}
+
 export interface RegistrySnapshot {
   models: ModelRecord[];
   workflows: WorkflowRecord[];
@@ -94,6 +110,12 @@ export interface RegistryStore {
    * connection comes back, when changes may have been missed); `connection` reports that state.
    */
   watch(changed: () => void, connection: (up: boolean, error?: Error) => void): void;
+  /** Records a job when it starts (with its items). */
+  createJob(job: JobRecord): Promise<void>;
+  /** Records where a job stands: its state, progress and error. */
+  updateJob(id: string, state: string, progress: unknown, error: string | null): Promise<void>;
+  /** Every job, newest first; with its items only when `withItems`. */
+  listJobs(withItems: boolean): Promise<JobRecord[]>;
   close(): Promise<void>;
 }
 

@@ -1,0 +1,129 @@
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { tgError } from '../errors.js';
+import { resolveAllowedPath } from '../requests/decode-inputs.js';
+import type { JobItems } from './spec.js';
+
+/** More items than this in one job are refused: split the work into several jobs. */
+export const MAX_ITEMS = 1_000_000;
+
+/**
+ * The job's items in the order they run: file paths (sorted, so a listing is the same every
+ * time) or texts. Every path is checked against the allowed roots as a single call's would be.
+ */
+export function listItems(items: JobItems, roots: string[]): string[] {
+  let listed: string[];
+  if ('files' in items) {
+    listed = items.files.map((path, i) => resolveAllowedPath(`items.files[${i}]`, path, roots).real);
+  } else if ('lines' in items) {
+    const { real } = resolveAllowedPath('items.lines', items.lines, roots);
+    listed = readFileSync(real, 'utf8')
+      .split(/\r?\n/)
+      .filter((line) => line.trim() !== '');
+  } else {
+    const folder = allowedFolder(items.folder, roots);
+    const match = items.pattern ? globMatcher(items.pattern) : () => true;
+    listed = walk(folder, items.recursive)
+      .filter((path) => match(basename(path)))
+      .sort();
+  }
+  if (listed.length === 0)
+    throw tgError('BAD_PARAMETER', 'the job has no items: the folder, list or file holds none', {
+      parameter: 'items',
+    });
+  if (listed.length > MAX_ITEMS)
+    throw tgError('BAD_PARAMETER', `the job has ${listed.length} items; at most ${MAX_ITEMS}: split it`, {
+      parameter: 'items',
+    });
+  return listed;
+}
+
+function allowedFolder(folder: string, roots: string[]): string {
+  if (!isAbsolute(folder))
+    throw tgError('PATH_NOT_ALLOWED', `items.folder: "${folder}" is not absolute; give the full path`, {
+      path: folder,
+    });
+  if (!existsSync(folder) || !statSync(folder).isDirectory())
+    throw tgError('FILE_NOT_FOUND', `items.folder: ${folder} is not a folder on the server`, { path: folder });
+  const real = realpathSync.native(folder);
+  if (!inside(real, roots))
+    throw tgError(
+      'PATH_NOT_ALLOWED',
+      `items.folder: ${folder} is outside the allowed roots (${roots.join(', ')}); start the server with --allow-root`,
+      { path: folder, roots },
+    );
+  return real;
+}
+
+function inside(real: string, roots: string[]): boolean {
+  return roots.some((root) => {
+    let base: string;
+    try {
+      base = realpathSync.native(root);
+    } catch {
+      base = resolve(root);
+    }
+    const rel = relative(base, real);
+    return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
+  });
+}
+
+/** Regular files under `folder`; links are followed only where they stay inside it. */
+function walk(folder: string, recursive: boolean): string[] {
+  const out: string[] = [];
+  const visit = (dir: string) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) {
+        if (recursive) visit(path);
+      } else if (entry.isFile()) out.push(path);
+      else if (entry.isSymbolicLink()) {
+        let real: string;
+        try {
+          real = realpathSync.native(path);
+        } catch {
+          continue; // a dangling link is not an item
+        }
+        if (inside(real, [folder]) && statSync(real).isFile()) out.push(path);
+      }
+    }
+  };
+  visit(folder);
+  return out;
+}
+
+/** A file-name pattern: * is any run of characters, ? any one; nothing else is special. */
+function globMatcher(pattern: string): (name: string) => boolean {
+  const source = pattern
+    .split('')
+    .map((c) => (c === '*' ? '.*' : c === '?' ? '.' : c.replace(/[.+^${}()|[\]\\]/g, '\\$&')))
+    .join('');
+  const regex = new RegExp(`^${source}$`, 'i');
+  return (name) => regex.test(name);
+}
+
+/**
+ * Where results may be written: an absolute .jsonl path whose folder exists under the allowed
+ * roots; an existing file only when `overwrite`.
+ */
+export function checkResultsPath(path: string, roots: string[], overwrite: boolean): string {
+  if (!isAbsolute(path) || !path.endsWith('.jsonl'))
+    throw tgError('BAD_PARAMETER', `results: "${path}" must be an absolute path ending in .jsonl`, {
+      parameter: 'results',
+    });
+  const folder = dirname(path);
+  if (!existsSync(folder) || !statSync(folder).isDirectory())
+    throw tgError('FILE_NOT_FOUND', `results: the folder ${folder} does not exist on the server`, { path });
+  const real = join(realpathSync.native(folder), basename(path));
+  if (!inside(real, roots))
+    throw tgError(
+      'PATH_NOT_ALLOWED',
+      `results: ${path} is outside the allowed roots (${roots.join(', ')}); write it under one of them`,
+      { path, roots },
+    );
+  if (existsSync(real) && !overwrite)
+    throw tgError('RESULTS_EXIST', `results: ${path} exists; choose another path or pass "overwrite": true`, {
+      path,
+    });
+  return real;
+}

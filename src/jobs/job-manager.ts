@@ -1,0 +1,448 @@
+import { randomUUID } from 'node:crypto';
+import { closeSync, fsyncSync, ftruncateSync, openSync, writeSync } from 'node:fs';
+import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
+import type { InferenceResult, InferOptions } from '../gateway.js';
+import type { ModelConfig } from '../registry/model-config.js';
+import type { JobRecord, RegistryStore } from '../registry/store.js';
+import type { InferenceRequest } from '../requests/inference-request.js';
+import { roundSignificant } from '../tensor/number-format.js';
+import { numberReader, type Tensor } from '../tensor/tensor.js';
+import { checkResultsPath, listItems } from './items.js';
+import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
+
+/**
+ * Batch jobs: a model with processing run over many items, its answers appended to a JSONL file
+ * as it goes. Items go through the same path as interactive calls (decode, queue, batching,
+ * workers), `batch` at a time, with at most `lanes` requests of the job in flight, so a job keeps
+ * the model busy while an interactive call waits behind at most those (docs/jobs.md).
+ *
+ * Every chunk's lines are written in order and fsynced before the job's progress (next chunk,
+ * the file's committed length) is recorded in the registry database. A job interrupted anywhere
+ * (cancelled, the server stopped or killed) is therefore consistent at its last commit: resuming
+ * cuts the file back to the recorded length and runs the chunks after it, so each item's line is
+ * in the file exactly once.
+ */
+
+/** What the manager needs of the gateway. */
+export interface JobHost {
+  infer(request: InferenceRequest, options?: InferOptions): Promise<InferenceResult>;
+  modelConfig(name: string): ModelConfig;
+  allowedRoots: string[];
+  store: RegistryStore;
+  log(message: string, fields: Record<string, unknown>): void;
+}
+
+/** A job as get_job and list_jobs answer it. */
+export interface JobInfo {
+  id: string;
+  model: string;
+  version?: string;
+  state: JobState;
+  results: string;
+  items: number;
+  done: number;
+  failed: number;
+  errors: Record<string, number>;
+  /** Items per second since this process started (or resumed) it. */
+  items_per_second?: number;
+  /** Seconds left at that pace. */
+  eta_s?: number;
+  error?: string;
+  created_at: string;
+  created_by: string | null;
+  updated_at: string;
+}
+
+/** Errors about one item: the item is recorded as failed and the job goes on. */
+const ITEM_ERRORS = new Set([
+  'BAD_IMAGE',
+  'IMAGE_FORMAT_NOT_SUPPORTED',
+  'IMAGE_TOO_LARGE',
+  'BAD_TEXT',
+  'TEXT_TOO_LONG',
+  'BAD_AUDIO',
+  'AUDIO_FORMAT_NOT_SUPPORTED',
+  'AUDIO_TOO_LONG',
+  'FILE_NOT_FOUND',
+  'PATH_NOT_ALLOWED',
+  'INPUT_TOO_LARGE',
+  'HANDLER_FAILED',
+]);
+
+/** Errors that may pass: the chunk is tried again after a pause (each pause twice the last). */
+const TRANSIENT_ERRORS = new Set(['MODEL_NOT_READY', 'WORKER_CRASHED', 'TIMEOUT', 'QUEUE_FULL', 'INFERENCE_FAILED']);
+const RETRY_MS = [250, 1000, 4000, 16_000];
+
+/** Output rows longer than this are left out of a result line (an answer, not a dump). */
+const MAX_ROW_VALUES = 4096;
+
+interface Running {
+  record: Omit<JobRecord, 'progress'> & { progress: JobProgress };
+  spec: JobSpec;
+  abort: AbortController;
+  /** Why it stopped, when it did not run to the end. */
+  stopping?: 'cancel' | 'shutdown' | { failed: string };
+  startedAt: number;
+  doneAtStart: number;
+  finished: Promise<void>;
+}
+
+export class JobManager {
+  private readonly running = new Map<string, Running>();
+  private closed = false;
+
+  constructor(private readonly host: JobHost) {}
+
+  /** Checks the request, lists its items, records the job and starts it; answers at once. */
+  async start(raw: unknown, actor: string | null): Promise<JobInfo> {
+    if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
+    const parsed = JobSpecSchema.safeParse(raw);
+    if (!parsed.success)
+      throw tgError(
+        'BAD_PARAMETER',
+        `the job is not valid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`,
+      );
+    const spec = parsed.data;
+    const config = this.host.modelConfig(spec.model);
+    inputOf(config, spec);
+    const results = checkResultsPath(spec.results, this.host.allowedRoots, spec.overwrite);
+    const items = listItems(spec.items, this.host.allowedRoots);
+    const now = new Date().toISOString();
+    const record = {
+      id: randomUUID(),
+      spec: { ...spec, results },
+      items,
+      state: 'running' as const,
+      progress: {
+        items: items.length,
+        done: 0,
+        failed: 0,
+        errors: {},
+        next_chunk: 0,
+        results_bytes: 0,
+      },
+      error: null,
+      createdAt: now,
+      createdBy: actor,
+      updatedAt: now,
+    };
+    // Created (emptied when overwriting) before the job is recorded: a resume finds it there.
+    closeSync(openSync(results, 'w'));
+    await this.host.store.createJob(record);
+    this.launch(record, { ...spec, results });
+    return this.info(record);
+  }
+
+  async get(id: string): Promise<JobInfo> {
+    const live = this.running.get(id);
+    if (live) return this.live(live);
+    const record = (await this.host.store.listJobs(false)).find((j) => j.id === id);
+    if (!record) throw tgError('JOB_NOT_FOUND', `no job "${id}" is recorded; list_jobs lists them`, { job: id });
+    return this.info(record);
+  }
+
+  async list(): Promise<JobInfo[]> {
+    const records = await this.host.store.listJobs(false);
+    return records.map((r) => {
+      const live = this.running.get(r.id);
+      return live ? this.live(live) : this.info(r);
+    });
+  }
+
+  /** Stops a running job: requests in flight are withdrawn, what is committed stays. */
+  async cancel(id: string): Promise<JobInfo> {
+    const live = this.running.get(id);
+    if (!live) return this.get(id); // finished already (or unknown: JOB_NOT_FOUND)
+    live.stopping ??= 'cancel';
+    live.abort.abort();
+    await live.finished;
+    return this.get(id);
+  }
+
+  /** The model a job runs, for access checks. */
+  async modelOf(id: string): Promise<string> {
+    const live = this.running.get(id);
+    if (live) return live.spec.model;
+    const record = (await this.host.store.listJobs(false)).find((j) => j.id === id);
+    if (!record) throw tgError('JOB_NOT_FOUND', `no job "${id}" is recorded; list_jobs lists them`, { job: id });
+    return (record.spec as JobSpec).model;
+  }
+
+  /** At start-up: every job recorded as running (the server stopped or died under it) goes on. */
+  async resume(): Promise<void> {
+    for (const record of await this.host.store.listJobs(true)) {
+      if (record.state !== 'running' || this.running.has(record.id)) continue;
+      const spec = JobSpecSchema.parse(record.spec);
+      const progress = record.progress as JobProgress;
+      this.host.log('resuming a batch job', {
+        level: 'info',
+        job: record.id,
+        model: spec.model,
+        done: progress.done,
+        items: progress.items,
+      });
+      this.launch({ ...record, progress, state: 'running' }, spec);
+    }
+  }
+
+  /** Stops every job for a shutdown: they stay recorded as running and resume at the next start. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const live = [...this.running.values()];
+    for (const job of live) {
+      job.stopping ??= 'shutdown';
+      job.abort.abort();
+    }
+    await Promise.all(live.map((j) => j.finished));
+  }
+
+  private launch(record: Running['record'], spec: JobSpec): void {
+    const job: Running = {
+      record,
+      spec,
+      abort: new AbortController(),
+      startedAt: performance.now(),
+      doneAtStart: record.progress.done,
+      finished: Promise.resolve(),
+    };
+    this.running.set(record.id, job);
+    job.finished = this.run(job)
+      .catch((err) => {
+        job.stopping = { failed: asTensorgateError(err).message };
+      })
+      .then(() => this.finish(job));
+  }
+
+  private async finish(job: Running): Promise<void> {
+    this.running.delete(job.record.id);
+    const { stopping } = job;
+    if (stopping === 'shutdown') return; // resumed at the next start
+    const state: JobState = stopping === undefined ? 'completed' : stopping === 'cancel' ? 'cancelled' : 'failed';
+    const error = typeof stopping === 'object' ? stopping.failed : null;
+    job.record.state = state;
+    job.record.error = error;
+    try {
+      await this.host.store.updateJob(job.record.id, state, job.record.progress, error);
+    } catch (err) {
+      this.host.log('could not record the end of a batch job', {
+        level: 'error',
+        job: job.record.id,
+        error: (err as Error).message,
+      });
+    }
+    this.host.log(`batch job ${state}`, {
+      level: state === 'failed' ? 'error' : 'info',
+      job: job.record.id,
+      model: job.spec.model,
+      done: job.record.progress.done,
+      failed: job.record.progress.failed,
+      ...(error ? { error } : {}),
+    });
+  }
+
+  /** Runs the chunks after the last committed one, `lanes` at a time, committing in order. */
+  private async run(job: Running): Promise<void> {
+    const { spec, record } = job;
+    const config = this.host.modelConfig(spec.model);
+    const input = inputOf(config, spec);
+    const batch = spec.batch ?? config.batching?.max_batch_size ?? 8;
+    const lanes = Math.max(2, (config.resources?.instances ?? 1) + 1);
+    const progress = record.progress;
+    const chunks = Math.ceil(record.items.length / batch);
+    const fd = openSync(spec.results, 'r+');
+    try {
+      // Anything after the last commit was written by a run that did not get to record it.
+      ftruncateSync(fd, progress.results_bytes);
+      const ready = new Map<number, Line[]>();
+      let dispatched = progress.next_chunk;
+      let committing = Promise.resolve();
+      const commit = async (): Promise<void> => {
+        while (ready.has(progress.next_chunk)) {
+          const lines = ready.get(progress.next_chunk) as Line[];
+          ready.delete(progress.next_chunk);
+          const text = Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+          writeSync(fd, text, 0, text.byteLength, progress.results_bytes);
+          fsyncSync(fd);
+          progress.results_bytes += text.byteLength;
+          progress.next_chunk += 1;
+          progress.done += lines.length;
+          for (const line of lines)
+            if (line.error) {
+              progress.failed += 1;
+              progress.errors[line.error.code] = (progress.errors[line.error.code] ?? 0) + 1;
+            }
+          await this.host.store.updateJob(record.id, 'running', progress, null);
+          if (spec.max_failures !== undefined && progress.failed > spec.max_failures) {
+            job.stopping ??= {
+              failed: `${progress.failed} items failed, over the job's max_failures of ${spec.max_failures} (${describeErrors(progress.errors)})`,
+            };
+            job.abort.abort();
+          }
+        }
+      };
+      const lane = async (): Promise<void> => {
+        while (!job.abort.signal.aborted) {
+          const chunk = dispatched++;
+          if (chunk >= chunks) return;
+          const start = chunk * batch;
+          const items = record.items.slice(start, start + batch);
+          const lines = await this.runChunk(job, input, start, items);
+          if (job.abort.signal.aborted) return; // withdrawn: not committed
+          ready.set(chunk, lines);
+          committing = committing.then(commit);
+          await committing;
+        }
+      };
+      const results = await Promise.allSettled(Array.from({ length: lanes }, lane));
+      await committing;
+      const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failure && !job.abort.signal.aborted) throw failure.reason;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** One chunk's result lines: one request for all its items; on an item's error, each alone. */
+  private async runChunk(job: Running, input: string, start: number, items: string[]): Promise<Line[]> {
+    try {
+      const result = await this.infer(job, input, items);
+      return items.map((item, k) => ({ index: start + k, item, ...answerOf(result, k) }));
+    } catch (err) {
+      const error = asTensorgateError(err);
+      if (job.abort.signal.aborted) return [];
+      if (!ITEM_ERRORS.has(error.code)) throw error;
+      if (items.length === 1) return [{ index: start, item: items[0] as string, error: describe(error) }];
+      const alone = await Promise.all(items.map((item, k) => this.runChunk(job, input, start + k, [item])));
+      return alone.flat();
+    }
+  }
+
+  /** One request of the job, tried again after transient failures. */
+  private async infer(job: Running, input: string, items: string[]): Promise<InferenceResult> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.host.infer(
+          {
+            model: job.spec.model,
+            ...(job.spec.version ? { version: job.spec.version } : {}),
+            inputs: { [input]: items },
+          },
+          { signal: job.abort.signal, adapter: 'job', keepOutputs: false },
+        );
+      } catch (err) {
+        const error = asTensorgateError(err);
+        const pause = RETRY_MS[attempt];
+        if (job.abort.signal.aborted || !TRANSIENT_ERRORS.has(error.code) || pause === undefined) throw error;
+        this.host.log('a batch job request failed; trying it again', {
+          level: 'warn',
+          job: job.record.id,
+          code: error.code,
+          attempt: attempt + 1,
+        });
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
+  }
+
+  private live(job: Running): JobInfo {
+    const info = this.info(job.record);
+    const seconds = (performance.now() - job.startedAt) / 1000;
+    const done = job.record.progress.done - job.doneAtStart;
+    if (seconds > 0 && done > 0) {
+      const rate = done / seconds;
+      info.items_per_second = roundSignificant(rate, 3);
+      info.eta_s = Math.round((job.record.progress.items - job.record.progress.done) / rate);
+    }
+    return info;
+  }
+
+  private info(
+    record: Pick<JobRecord, 'id' | 'spec' | 'state' | 'progress' | 'error' | 'createdAt' | 'createdBy' | 'updatedAt'>,
+  ): JobInfo {
+    const spec = record.spec as JobSpec;
+    const progress = record.progress as JobProgress;
+    return {
+      id: record.id,
+      model: spec.model,
+      ...(spec.version ? { version: spec.version } : {}),
+      state: record.state as JobState,
+      results: spec.results,
+      items: progress.items,
+      done: progress.done,
+      failed: progress.failed,
+      errors: progress.errors,
+      ...(record.error ? { error: record.error } : {}),
+      created_at: record.createdAt,
+      created_by: record.createdBy,
+      updated_at: record.updatedAt,
+    };
+  }
+}
+
+/** One item's line in the results file. */
+interface Line {
+  index: number;
+  item: string;
+  error?: { code: string; message: string };
+  [answer: string]: unknown;
+}
+
+function describe(error: TensorgateError): { code: string; message: string } {
+  return { code: error.code, message: error.message };
+}
+
+function describeErrors(errors: Record<string, number>): string {
+  return Object.entries(errors)
+    .map(([code, n]) => `${code} ${n}`)
+    .join(', ');
+}
+
+/** The processed input a job's items go to. */
+function inputOf(config: ModelConfig, spec: JobSpec): string {
+  const inputs = Object.keys(config.processing?.inputs ?? {});
+  if (inputs.length === 0)
+    throw tgError(
+      'BAD_PARAMETER',
+      `model "${config.name}" takes tensors, not files or texts: a job runs a model with processing`,
+      { parameter: 'model' },
+    );
+  if (spec.input !== undefined && !inputs.includes(spec.input))
+    throw tgError(
+      'UNKNOWN_INPUT',
+      `model "${config.name}" has no input "${spec.input}"; it takes ${inputs.join(', ')}`,
+      {
+        input: spec.input,
+      },
+    );
+  if (spec.input === undefined && inputs.length > 1)
+    throw tgError(
+      'BAD_PARAMETER',
+      `model "${config.name}" takes ${inputs.join(', ')}: name the one the items go to in "input"`,
+      { parameter: 'input' },
+    );
+  return spec.input ?? (inputs[0] as string);
+}
+
+/** Item `k`'s answer: its labels, objects, text, the handler's answer, or its output rows. */
+function answerOf(result: InferenceResult, k: number): Record<string, unknown> {
+  if (result.predictions) return { predictions: result.predictions[k] };
+  if (result.detections) return { detections: result.detections[k] };
+  if (result.texts) return { text: result.texts[k] };
+  if (result.answers) return { answer: result.answers[k] };
+  const tensors = result.tensors ?? [];
+  if (result.embedding) {
+    const vectors = tensors.find((t) => t.name === result.embedding?.output);
+    return { embedding: vectors ? rowOf(vectors.tensor, k) : undefined };
+  }
+  const outputs: Record<string, unknown> = {};
+  for (const { name, tensor } of tensors) outputs[name] = rowOf(tensor, k);
+  return { outputs };
+}
+
+/** Row `k` of a [items, ...] tensor as numbers (6 significant digits); null when too long to list. */
+function rowOf(tensor: Tensor, k: number): number[] | null {
+  const width = tensor.shape.slice(1).reduce((a, b) => a * b, 1);
+  if (width > MAX_ROW_VALUES) return null;
+  const read = numberReader(tensor);
+  return Array.from({ length: width }, (_, i) => roundSignificant(read(k * width + i), 6));
+}

@@ -1,0 +1,84 @@
+import { z } from 'zod';
+
+/**
+ * A batch job: one model with processing run over many items (image or WAV files in a folder or a
+ * list, or the lines of a text file), its answers written to a results file as it goes. The
+ * request an agent sends with start_job; docs/jobs.md is its prose form.
+ */
+
+const FolderItems = z
+  .object({
+    /** An absolute folder under the allowed roots. */
+    folder: z.string().min(1),
+    /** Which files: a file-name pattern with * and ? ("*.png"); every file when absent. */
+    pattern: z.string().min(1).optional(),
+    /** Files in subfolders too. */
+    recursive: z.boolean().default(false),
+  })
+  .strict();
+
+const FileItems = z
+  .object({
+    /** Absolute paths under the allowed roots, in the order to run them. */
+    files: z.array(z.string().min(1)).min(1).max(1_000_000),
+  })
+  .strict();
+
+const TextItems = z
+  .object({
+    /** A UTF-8 file under the allowed roots: each non-empty line is one text. */
+    lines: z.string().min(1),
+  })
+  .strict();
+
+export const JobItemsSchema = z.union([FolderItems, FileItems, TextItems]);
+export type JobItems = z.infer<typeof JobItemsSchema>;
+
+export const JobSpecSchema = z
+  .object({
+    model: z.string().min(1).describe('a model with processing (see list_models): it takes files or texts'),
+    version: z.string().optional().describe("model version; the model's default when omitted"),
+    /** The processed input the items go to; the model's only one when absent. */
+    input: z.string().optional().describe("the model's input the items go to; its only one when omitted"),
+    items: JobItemsSchema.describe(
+      '{"folder": "/data/inbox", "pattern": "*.jpg", "recursive": false}, {"files": ["/data/a.png", ...]} or {"lines": "/data/texts.txt"} (one text per line)',
+    ),
+    results: z
+      .string()
+      .min(1)
+      .describe('where to write the answers: an absolute .jsonl path under the allowed roots, one line per item'),
+    overwrite: z.boolean().default(false).describe('replace a results file that exists (refused otherwise)'),
+    /** Items per request; the model's max_batch_size when absent. */
+    batch: z
+      .number()
+      .int()
+      .min(1)
+      .max(1024)
+      .optional()
+      .describe("items per request (the model's batch size by default)"),
+    /** Stop the job once more items than this have failed; it runs to the end when absent. */
+    max_failures: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe('stop the job once more items than this have failed (bad files); no limit when omitted'),
+  })
+  .strict();
+export type JobSpec = z.infer<typeof JobSpecSchema>;
+
+export type JobState = 'running' | 'completed' | 'failed' | 'cancelled';
+
+/** Where a job stands; what is recorded in the registry after every chunk it commits. */
+export interface JobProgress {
+  items: number;
+  /** Items whose result line is written and committed, failed ones included. */
+  done: number;
+  failed: number;
+  /** Failed items by error code. */
+  errors: Record<string, number>;
+  /** The first chunk not yet committed (chunks are `batch` items, committed in order). */
+  next_chunk: number;
+  /** The results file's committed length: a resumed job cuts the file back to it. */
+  results_bytes: number;
+}

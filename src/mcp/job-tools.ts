@@ -1,0 +1,131 @@
+import type { McpServer } from '@modelcontextprotocol/server';
+import { z } from 'zod';
+import type { Gateway } from '../gateway.js';
+import type { JobInfo } from '../jobs/job-manager.js';
+import { JobSpecSchema } from '../jobs/spec.js';
+import { schemaSharingRegistrar } from './output-schemas.js';
+import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
+
+/**
+ * start_job, get_job, list_jobs, cancel_job: a model run over a folder of files or a file of
+ * texts, server-side, its answers written to a results file. The agent gets a job id at once and
+ * a short summary when it asks, never thousands of answers in its context (docs/jobs.md).
+ */
+
+const JobOut = z.object({
+  id: z.string(),
+  model: z.string(),
+  version: z.string().optional(),
+  state: z.enum(['running', 'completed', 'failed', 'cancelled']),
+  results: z
+    .string()
+    .describe('the JSONL file the answers go to, one line per item: {"index", "item", answer or "error"}'),
+  items: z.number().int(),
+  done: z.number().int().describe('items whose line is written, failed ones included'),
+  failed: z.number().int(),
+  errors: z.record(z.string(), z.number()).describe('failed items by error code'),
+  items_per_second: z.number().optional(),
+  eta_s: z.number().optional().describe('seconds left at the current pace'),
+  error: z.string().optional().describe('why a failed job stopped'),
+  created_at: z.string(),
+  created_by: z.string().nullable(),
+  updated_at: z.string(),
+});
+
+/** "job 3f2a… (digits): running, 640/12000 items, 2 failed (BAD_IMAGE 2), 410 items/s, ETA 28 s". */
+export function jobLine(job: JobInfo): string {
+  const failed = job.failed
+    ? `, ${job.failed} failed (${Object.entries(job.errors)
+        .map(([c, n]) => `${c} ${n}`)
+        .join(', ')})`
+    : '';
+  const pace = job.items_per_second !== undefined ? `, ${job.items_per_second} items/s, ETA ${job.eta_s} s` : '';
+  const error = job.error ? `: ${job.error}` : '';
+  return `job ${job.id} (${job.model}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
+}
+
+export function registerJobTools(server: McpServer, gateway: Gateway): void {
+  const register = schemaSharingRegistrar(server);
+
+  register(
+    'start_job',
+    () => ({
+      title: 'Start a batch job',
+      description:
+        'Runs a model that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, or each line of a text file. Returns a job id at once; the answers go to a JSONL results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
+      inputSchema: JobSpecSchema,
+      outputSchema: JobOut,
+      annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: false },
+    }),
+    async (spec, ctx) => {
+      try {
+        gateway.access.check(callerOf(ctx), 'execute', 'model', spec.model);
+        const job = await gateway.jobs.start(spec, actorOf(server, ctx));
+        return jsonResult(jobLine(job), { ...job });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  register(
+    'get_job',
+    () => ({
+      title: 'Get a batch job',
+      description: "A job's state and progress: items done and failed (by error code), items/s, ETA, results file.",
+      inputSchema: z.object({ id: z.string().describe('the id start_job answered') }),
+      outputSchema: JobOut,
+      annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+    }),
+    async ({ id }, ctx) => {
+      try {
+        gateway.access.check(callerOf(ctx), 'read', 'model', await gateway.jobs.modelOf(id));
+        const job = await gateway.jobs.get(id);
+        return jsonResult(jobLine(job), { ...job });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  register(
+    'list_jobs',
+    () => ({
+      title: 'List batch jobs',
+      description: 'Every batch job recorded, newest first, with its state and progress.',
+      inputSchema: z.object({}),
+      outputSchema: z.object({ jobs: z.array(JobOut) }),
+      annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+    }),
+    async (_args, ctx) => {
+      try {
+        const caller = callerOf(ctx);
+        const jobs = (await gateway.jobs.list()).filter((j) => gateway.access.can(caller, 'read', 'model', j.model));
+        return jsonResult(jobs.length ? jobs.map(jobLine).join('\n') : 'No batch jobs are recorded.', { jobs });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  register(
+    'cancel_job',
+    () => ({
+      title: 'Cancel a batch job',
+      description:
+        'Stops a running job: requests in flight are withdrawn; the results file keeps every line written so far, each item at most once.',
+      inputSchema: z.object({ id: z.string().describe('the id start_job answered') }),
+      outputSchema: JobOut,
+      annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: false },
+    }),
+    async ({ id }, ctx) => {
+      try {
+        gateway.access.check(callerOf(ctx), 'execute', 'model', await gateway.jobs.modelOf(id));
+        const job = await gateway.jobs.cancel(id);
+        return jsonResult(jobLine(job), { ...job });
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+}

@@ -1,0 +1,250 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { type Connected, connect, waitForUrl } from '../helpers/mcp.js';
+import { ensureDigitsModels, ROOT } from '../helpers/models.js';
+
+/**
+ * Batch jobs end to end: the real CLI, the official MCP client, real torch workers reading real
+ * PNG files. A job over a folder writes every item's answer once; a bad file is recorded with its
+ * code while the job goes on; cancelling leaves a consistent file; a server killed with SIGKILL
+ * mid-job resumes it at its restart, and the file still holds each item exactly once.
+ */
+
+interface Job {
+  id: string;
+  state: string;
+  items: number;
+  done: number;
+  failed: number;
+  errors: Record<string, number>;
+  results: string;
+  error?: string;
+}
+
+interface Line {
+  index: number;
+  item: string;
+  predictions?: { label: string; score: number }[];
+  error?: { code: string; message: string };
+}
+
+const models = ensureDigitsModels();
+const examples = join(models, 'digits', 'examples');
+const labels = JSON.parse(readFileSync(join(examples, 'labels.json'), 'utf8')) as Record<string, number>;
+const pngs = Object.keys(labels);
+
+async function call(client: Client, name: string, args: Record<string, unknown>) {
+  const result = (await client.callTool({ name, arguments: args })) as {
+    isError?: boolean;
+    content: { text?: string }[];
+    structuredContent?: unknown;
+  };
+  return { ...result, text: result.content[0]?.text ?? '' };
+}
+
+async function job(client: Client, name: string, args: Record<string, unknown>): Promise<Job> {
+  const result = await call(client, name, args);
+  assert.notEqual(result.isError, true, result.text);
+  return result.structuredContent as Job;
+}
+
+async function until(client: Client, id: string, done: (j: Job) => boolean, timeoutMs = 90_000): Promise<Job> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const current = await job(client, 'get_job', { id });
+    if (done(current)) return current;
+    if (Date.now() > deadline) throw new Error(`job ${id} is still ${JSON.stringify(current)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function lines(path: string): Line[] {
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as Line);
+}
+
+/** Each index 0..n-1 exactly once, in order. */
+function assertEachOnce(found: Line[], n: number): void {
+  assert.deepEqual(
+    found.map((l) => l.index),
+    Array.from({ length: n }, (_, i) => i),
+  );
+}
+
+describe('batch jobs over MCP', () => {
+  let server: Connected;
+  let inbox: string;
+
+  before(async () => {
+    server = await connect('http', undefined, [], models);
+    inbox = join(server.workDir, 'inbox');
+    mkdirSync(inbox);
+    for (const png of pngs) copyFileSync(join(examples, png), join(inbox, png));
+    // Its first bytes say PNG; its body does not decode.
+    writeFileSync(
+      join(inbox, 'digit-broken.png'),
+      Buffer.concat([readFileSync(join(examples, pngs[0] as string)).subarray(0, 40), Buffer.alloc(60, 7)]),
+    );
+    writeFileSync(join(inbox, 'notes.txt'), 'not matched by the pattern');
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('runs the model over a folder: every item answered once, a bad file recorded with its code', async () => {
+    const results = join(server.workDir, 'digits.jsonl');
+    const started = await job(server.client, 'start_job', {
+      model: 'digits',
+      items: { folder: inbox, pattern: '*.png' },
+      results,
+    });
+    assert.equal(started.state, 'running');
+    assert.equal(started.items, pngs.length + 1);
+    const finished = await until(server.client, started.id, (j) => j.state !== 'running');
+    assert.equal(finished.state, 'completed', finished.error);
+    assert.equal(finished.done, pngs.length + 1);
+    assert.deepEqual(finished.errors, { BAD_IMAGE: 1 });
+    const found = lines(results);
+    assertEachOnce(found, pngs.length + 1);
+    const broken = found.filter((l) => l.error);
+    assert.equal(broken.length, 1);
+    assert.match(broken[0]?.item ?? '', /digit-broken\.png$/);
+    assert.match(broken[0]?.error?.message ?? '', /corrupt|truncated/);
+    let right = 0;
+    for (const line of found.filter((l) => !l.error)) {
+      const name = line.item.split('/').at(-1) as string;
+      if (line.predictions?.[0]?.label === String(labels[name])) right++;
+    }
+    assert.ok(right >= 0.97 * pngs.length, `${right} of ${pngs.length} digits read right`);
+
+    const listed = await call(server.client, 'list_jobs', {});
+    assert.match(
+      listed.text,
+      new RegExp(
+        `job ${started.id} \\(digits\\): completed, ${pngs.length + 1}/${pngs.length + 1} items, 1 failed \\(BAD_IMAGE 1\\)`,
+      ),
+    );
+  });
+
+  it('refuses what it cannot run, with codes, before starting anything', async () => {
+    const results = join(server.workDir, 'refused.jsonl');
+    const refused = async (args: Record<string, unknown>, code: string, message: RegExp) => {
+      const result = await call(server.client, 'start_job', { model: 'digits', results, ...args });
+      assert.equal(result.isError, true, result.text);
+      assert.match(result.text, new RegExp(`^${code}: `));
+      assert.match(result.text, message);
+    };
+    await refused({ items: { folder: '/etc' } }, 'PATH_NOT_ALLOWED', /outside the allowed roots/);
+    await refused({ items: { folder: join(inbox, 'missing') } }, 'FILE_NOT_FOUND', /is not a folder/);
+    await refused({ items: { folder: inbox, pattern: '*.gif' } }, 'BAD_PARAMETER', /has no items/);
+    writeFileSync(results, 'already here\n');
+    await refused({ items: { folder: inbox } }, 'RESULTS_EXIST', /pass "overwrite": true/);
+    await refused(
+      { items: { folder: inbox }, results: 'relative.jsonl' },
+      'BAD_PARAMETER',
+      /absolute path ending in \.jsonl/,
+    );
+    await refused({ model: 'nope', items: { folder: inbox } }, 'MODEL_NOT_FOUND', /nope/);
+    assert.equal(readFileSync(results, 'utf8'), 'already here\n', 'a refused job writes nothing');
+    const missing = await call(server.client, 'get_job', { id: 'nope' });
+    assert.match(missing.text, /^JOB_NOT_FOUND: /);
+  });
+
+  it('stops when cancelled, leaving every committed line once and nothing after', async () => {
+    const results = join(server.workDir, 'cancelled.jsonl');
+    const files = Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 4 });
+    await until(server.client, started.id, (j) => j.done > 0);
+    const cancelled = await job(server.client, 'cancel_job', { id: started.id });
+    assert.equal(cancelled.state, 'cancelled');
+    assert.ok(cancelled.done < files.length, 'it stopped before the end');
+    assertEachOnce(lines(results), cancelled.done);
+    // The model serves interactive calls on.
+    const answer = await call(server.client, 'digits', { image: join(inbox, pngs[1] as string) });
+    assert.notEqual(answer.isError, true, answer.text);
+  });
+});
+
+describe('a batch job survives its server being killed', () => {
+  let work: string;
+  let child: ChildProcess | undefined;
+
+  const start = async (): Promise<{ client: Client; child: ChildProcess }> => {
+    const proc = spawn(
+      process.execPath,
+      [
+        join(ROOT, 'bin', 'tensorgate.js'),
+        '--models',
+        models,
+        '--registry',
+        join(work, 'registry.db'),
+        '--allow-root',
+        work,
+        'serve',
+        '--http',
+        '0',
+      ],
+      { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    child = proc;
+    const url = await waitForUrl(proc);
+    const client = new Client({ name: 'tensorgate-tests', version: '0.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+    return { client, child: proc };
+  };
+
+  before(() => {
+    work = mkdtempSync(join(tmpdir(), 'tg-jobs-kill-'));
+  });
+  after(() => {
+    child?.kill('SIGKILL');
+  });
+
+  it('resumes at the restart from its last commit: each item in the file exactly once', {
+    timeout: 180_000,
+  }, async () => {
+    const results = join(work, 'resumed.jsonl');
+    const files = Array.from({ length: 30 }, () => pngs.map((p) => join(examples, p))).flat();
+    writeFileSync(join(work, 'files.json'), JSON.stringify(files));
+    // The examples are outside `work`: give the job its own copies under the allowed root.
+    const local = join(work, 'examples');
+    mkdirSync(local);
+    for (const p of pngs) copyFileSync(join(examples, p), join(local, p));
+    const items = files.map((f) => join(local, f.split('/').at(-1) as string));
+
+    const first = await start();
+    const started = await job(first.client, 'start_job', {
+      model: 'digits',
+      items: { files: items },
+      results,
+      batch: 4,
+    });
+    await until(first.client, started.id, (j) => j.done >= 40);
+    first.child.kill('SIGKILL');
+    await new Promise((r) => first.child.once('exit', r));
+    const atKill = lines(results).length;
+    assert.ok(atKill < items.length, `the job had ${atKill} of ${items.length} lines when its server was killed`);
+
+    const second = await start();
+    const resumed = await until(second.client, started.id, (j) => j.state !== 'running', 150_000);
+    assert.equal(resumed.state, 'completed', resumed.error);
+    assert.equal(resumed.done, items.length);
+    const found = lines(results);
+    assertEachOnce(found, items.length);
+    assert.ok(
+      found.every((l, i) => l.item === items[i] && l.predictions?.length),
+      'every line answers its own item',
+    );
+    await second.client.close();
+    second.child.kill('SIGTERM');
+    await new Promise((r) => second.child.once('exit', r));
+    assert.ok(existsSync(results) && readdirSync(work).includes('registry.db'));
+  });
+});
