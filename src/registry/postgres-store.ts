@@ -4,6 +4,9 @@ import { type ModelConfig, parseModelConfig } from './model-config.js';
 import { sameModel, sameWorkflow, sortVersions } from './sqlite-store.js';
 import {
   type JobRecord,
+  type JobRow,
+  jobColumns,
+  jobFromRow,
   type LoadOutcome,
   type ModelRecord,
   type Registration,
@@ -89,17 +92,6 @@ interface VersionRow {
   warmup_ms: number | null;
   updated_at: Date;
   replica: string | null;
-}
-interface JobRow {
-  id: string;
-  spec: unknown;
-  items?: unknown;
-  state: string;
-  progress: unknown;
-  error: string | null;
-  created_at: Date;
-  created_by: string | null;
-  updated_at: Date;
 }
 interface WorkflowRow {
   name: string;
@@ -278,24 +270,14 @@ export class PostgresStore implements RegistryStore {
   }
 
   async listJobs(withItems: boolean): Promise<JobRecord[]> {
-    const columns = withItems ? '*' : 'id, spec, state, progress, error, created_at, created_by, updated_at';
-    let rows: JobRow[];
     try {
-      rows = (await this.pool.query<JobRow>(`SELECT ${columns} FROM jobs ORDER BY created_at DESC, id`)).rows;
+      const { rows } = await this.pool.query<JobRow>(
+        `SELECT ${jobColumns(withItems)} FROM jobs ORDER BY created_at DESC, id`,
+      );
+      return rows.map(jobFromRow);
     } catch (err) {
       throw this.unavailable(err);
     }
-    return rows.map((row) => ({
-      id: row.id,
-      spec: row.spec,
-      items: (row.items as string[] | undefined) ?? [],
-      state: row.state,
-      progress: row.progress,
-      error: row.error,
-      createdAt: row.created_at.toISOString(),
-      createdBy: row.created_by,
-      updatedAt: row.updated_at.toISOString(),
-    }));
   }
 
   watch(changed: () => void, connection: (up: boolean, error?: Error) => void): void {

@@ -5,6 +5,9 @@ import { tgError } from '../errors.js';
 import { type ModelConfig, parseModelConfig } from './model-config.js';
 import {
   type JobRecord,
+  type JobRow,
+  jobColumns,
+  jobFromRow,
   type LoadOutcome,
   type ModelRecord,
   type Registration,
@@ -84,17 +87,6 @@ interface VersionRow {
   warmup_ms: number | null;
   updated_at: string;
   replica: string | null;
-}
-interface JobRow {
-  id: string;
-  spec: string;
-  items?: string;
-  state: string;
-  progress: string;
-  error: string | null;
-  created_at: string;
-  created_by: string | null;
-  updated_at: string;
 }
 
 interface WorkflowRow {
@@ -248,19 +240,8 @@ export class SqliteStore implements RegistryStore {
   }
 
   async listJobs(withItems: boolean): Promise<JobRecord[]> {
-    const columns = withItems ? '*' : 'id, spec, state, progress, error, created_at, created_by, updated_at';
-    const rows = this.db.prepare(`SELECT ${columns} FROM jobs ORDER BY created_at DESC, id`).all() as JobRow[];
-    return rows.map((row) => ({
-      id: row.id,
-      spec: JSON.parse(row.spec) as unknown,
-      items: row.items === undefined ? [] : (JSON.parse(row.items) as string[]),
-      state: row.state,
-      progress: JSON.parse(row.progress) as unknown,
-      error: row.error,
-      createdAt: row.created_at,
-      createdBy: row.created_by,
-      updatedAt: row.updated_at,
-    }));
+    const rows = this.db.prepare(`SELECT ${jobColumns(withItems)} FROM jobs ORDER BY created_at DESC, id`).all();
+    return (rows as JobRow[]).map(jobFromRow);
   }
 
   watch(changed: () => void): void {

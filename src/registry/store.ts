@@ -58,6 +58,39 @@ export interface JobRecord {
   updatedAt: string;
 }
 
+/** A jobs table row as either backend returns it: JSON as text (SQLite) or parsed (PostgreSQL). */
+export interface JobRow {
+  id: string;
+  spec: unknown;
+  items?: unknown;
+  state: string;
+  progress: unknown;
+  error: string | null;
+  created_at: string | Date;
+  created_by: string | null;
+  updated_at: string | Date;
+}
+
+/** The columns listJobs reads; the items only when asked for (they may be a million paths). */
+export function jobColumns(withItems: boolean): string {
+  return withItems ? '*' : 'id, spec, state, progress, error, created_at, created_by, updated_at';
+}
+
+export function jobFromRow(row: JobRow): JobRecord {
+  const json = (value: unknown) => (typeof value === 'string' ? (JSON.parse(value) as unknown) : value);
+  return {
+    id: row.id,
+    spec: json(row.spec),
+    items: row.items === undefined ? [] : (json(row.items) as string[]),
+    state: row.state,
+    progress: json(row.progress),
+    error: row.error,
+    createdAt: new Date(row.created_at).toISOString(),
+    createdBy: row.created_by,
+    updatedAt: new Date(row.updated_at).toISOString(),
+  };
+}
+
 export interface RegistrySnapshot {
   models: ModelRecord[];
   workflows: WorkflowRecord[];
