@@ -210,6 +210,58 @@ for (const [command, tool, what] of [
     );
 }
 
+const job = program
+  .command('job')
+  .description("batch jobs in a running server: a model over a folder's files or a file's lines (docs/jobs.md)");
+job
+  .command('start')
+  .description('start a job and print its id; the answers go to RESULTS, one JSON line per item')
+  .argument('<model>', 'a model with processing')
+  .requiredOption('--results <file>', 'the .jsonl file to write (absolute, under an allowed root)')
+  .option('--folder <dir>', "the folder's files are the items")
+  .option('--pattern <glob>', 'with --folder: only files whose name matches, e.g. "*.jpg"')
+  .option('--recursive', 'with --folder: files in subfolders too')
+  .option('--lines <file>', 'each non-empty line of the file is a text item')
+  .option('--files <file...>', 'these files are the items')
+  .option('--version <v>', 'version (default: the model default)')
+  .option('--batch <n>', 'items per request (default: the model batch size)', positiveInt)
+  .option('--max-failures <n>', 'stop once more items than this have failed', Number)
+  .option('--overwrite', 'replace RESULTS if it exists')
+  .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
+  .action((model: string, opts) => {
+    const sources = [opts.folder, opts.lines, opts.files].filter((x) => x !== undefined);
+    if (sources.length !== 1) program.error('give the items with exactly one of --folder, --lines or --files');
+    const items = opts.folder
+      ? { folder: opts.folder, ...(opts.pattern ? { pattern: opts.pattern } : {}), recursive: Boolean(opts.recursive) }
+      : opts.lines
+        ? { lines: opts.lines }
+        : { files: opts.files };
+    return callServerTool(opts.url, 'start_job', {
+      model,
+      items,
+      results: opts.results,
+      ...(opts.version ? { version: opts.version } : {}),
+      ...(opts.batch ? { batch: opts.batch } : {}),
+      ...(opts.maxFailures !== undefined ? { max_failures: opts.maxFailures } : {}),
+      ...(opts.overwrite ? { overwrite: true } : {}),
+    });
+  });
+for (const [command, tool, what] of [
+  ['status', 'get_job', "a job's state and progress"],
+  ['cancel', 'cancel_job', 'stop a running job; the lines written so far stay'],
+] as const)
+  job
+    .command(command)
+    .description(what)
+    .argument('<id>', 'the id `job start` printed')
+    .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
+    .action((id: string, opts: { url: string }) => callServerTool(opts.url, tool, { id }));
+job
+  .command('list')
+  .description('every recorded job, newest first')
+  .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
+  .action((opts: { url: string }) => callServerTool(opts.url, 'list_jobs', {}));
+
 program
   .command('encrypt-model')
   .description("encrypt a model folder's weight files at rest (AES-256-GCM with $TENSORGATE_MODEL_KEY)")

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { type Connected, connect, waitForUrl } from '../helpers/mcp.js';
 import { ensureDigitsModels, ROOT } from '../helpers/models.js';
@@ -33,6 +34,7 @@ interface Line {
   error?: { code: string; message: string };
 }
 
+const run = promisify(execFile);
 const models = ensureDigitsModels();
 const examples = join(models, 'digits', 'examples');
 const labels = JSON.parse(readFileSync(join(examples, 'labels.json'), 'utf8')) as Record<string, number>;
@@ -131,6 +133,30 @@ describe('batch jobs over MCP', () => {
         `job ${started.id} \\(digits\\): completed, ${pngs.length + 1}/${pngs.length + 1} items, 1 failed \\(BAD_IMAGE 1\\)`,
       ),
     );
+  });
+
+  it('is started, watched and listed from the CLI against the running server', async () => {
+    const results = join(server.workDir, 'cli.jsonl');
+    const cli = (...args: string[]) =>
+      run(process.execPath, [join(ROOT, 'bin', 'tensorgate.js'), 'job', ...args, '--url', server.url as string], {
+        cwd: ROOT,
+      });
+    const started = await cli('start', 'digits', '--folder', inbox, '--pattern', 'digit-0*.png', '--results', results);
+    const id = /^job (\S+) \(digits\): running, \d+\/(\d+) items/.exec(started.stdout);
+    assert.ok(id, started.stdout);
+    const finished = await until(server.client, id[1] as string, (j) => j.state !== 'running');
+    assert.equal(finished.state, 'completed');
+    assert.equal(lines(results).length, Number(id[2]));
+    const status = await cli('status', id[1] as string);
+    assert.match(
+      status.stdout,
+      new RegExp(`^job ${id[1]} \\(digits\\): completed, ${id[2]}/${id[2]} items; results in ${results}`),
+    );
+    assert.match((await cli('list')).stdout, new RegExp(`job ${id[1]} `));
+    await assert.rejects(cli('start', 'digits', '--folder', inbox, '--results', results), (err: { stderr: string }) => {
+      assert.match(err.stderr, /RESULTS_EXIST: /);
+      return true;
+    });
   });
 
   it('refuses what it cannot run, with codes, before starting anything', async () => {
