@@ -30,6 +30,8 @@ const EXPECTED: Record<string, Record<Role, boolean>> = {
   'mcp infer adder': { admin: true, inference: true, monitor: false, 'adder-runner': true },
   // A model's own tool (it has processing) is checked like infer of that model.
   'mcp digits digits': { admin: true, inference: true, monitor: false, 'adder-runner': false },
+  // A batch job is checked like infer of its model, before its items are looked at.
+  'mcp start_job digits': { admin: true, inference: true, monitor: false, 'adder-runner': false },
   // A workflow's grant does not widen the caller's: every model it runs is checked too.
   'mcp run_workflow add_twice': { admin: true, inference: true, monitor: false, 'adder-runner': true },
   'mcp run_workflow add_then_sum': { admin: true, inference: true, monitor: false, 'adder-runner': false },
@@ -139,6 +141,7 @@ describe('RBAC: every role against every tool and route', { timeout: 300_000 }, 
         get_run: { run: target },
         set_hyperparameters: { run: target, values: { lr: 0.1 } },
         digits: { image: join(ensureDigitsModels(), 'digits', 'examples', 'digit-000.png') },
+        start_job: { model: target, items: { folder: '/nonexistent' }, results: '/nonexistent/rbac.jsonl' },
       };
       const result = await clients[role].callTool({ name: tool, arguments: args[tool] as Record<string, unknown> });
       if (!result.isError) return 'allowed';
