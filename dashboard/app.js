@@ -391,6 +391,26 @@ function renderTraining(runs) {
   );
 }
 
+function renderJobs(jobs) {
+  document.getElementById('jobs').hidden = jobs.length === 0;
+  document
+    .getElementById('job-rows')
+    .replaceChildren(
+      ...jobs.map((j) =>
+        el(
+          'tr',
+          { 'data-job': j.id },
+          el('td', { text: j.id.slice(0, 8), title: `${j.id}: results in ${j.results}` }),
+          el('td', { text: j.model }),
+          el('td', { text: `${j.done} / ${j.items}` }),
+          el('td', { text: String(j.failed) }),
+          el('td', { text: j.items_per_second === undefined ? '-' : fmtNumber(j.items_per_second) }),
+          el('td', { text: j.eta_s === undefined ? '-' : `${j.eta_s} s` }),
+        ),
+      ),
+    );
+}
+
 function render(s) {
   renderSummary(s);
   renderGpus(s.gpus);
@@ -409,6 +429,7 @@ function render(s) {
   }
   document.getElementById('no-models').hidden = s.models.length > 0;
   renderTraining(s.training);
+  renderJobs(s.jobs ?? []);
 }
 
 function setStatus(state, text) {

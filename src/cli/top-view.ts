@@ -68,6 +68,7 @@ export function renderTop(snapshot: ServerSnapshot, options: TopViewOptions): st
   const width = Math.max(20, options.width);
   const lines: Line[] = [...header(snapshot), [], ...modelTable(snapshot, width)];
   if (snapshot.training.length > 0) lines.push([], ...trainingTable(snapshot));
+  if (snapshot.jobs.length > 0) lines.push([], ...jobsTable(snapshot));
   const footer: Line[] = options.footer ? [[], [{ text: options.footer, sgr: '2' }]] : [];
   if (options.height !== undefined && lines.length + footer.length > options.height) {
     const room = Math.max(1, options.height - footer.length - 1);
@@ -236,6 +237,25 @@ function trainingTable(s: ServerSnapshot): Line[] {
       { text: `${run.name.padEnd(nameW)}${GAP}` },
       { text: run.state.padEnd(stateW), ...(sgr ? { sgr } : {}) },
       { text: `${GAP}${String(run.step).padStart(stepW)}${GAP}${String(run.world_size).padStart(5)}${GAP}${metrics}` },
+    ]);
+  }
+  return out;
+}
+
+/** The batch jobs running: a line each with its progress, pace and ETA. */
+function jobsTable(s: ServerSnapshot): Line[] {
+  const modelW = Math.max(5, ...s.jobs.map((j) => j.model.length));
+  const out: Line[] = [
+    [{ text: ['JOB     ', 'MODEL'.padEnd(modelW), 'DONE', 'FAILED', 'ITEMS/S', 'ETA'].join(GAP), sgr: '1' }],
+  ];
+  for (const job of s.jobs) {
+    const failed = job.failed > 0 ? { text: String(job.failed).padStart(6), sgr: '31' } : { text: '0'.padStart(6) };
+    out.push([
+      { text: `${job.id.slice(0, 8)}${GAP}${job.model.padEnd(modelW)}${GAP}${job.done}/${job.items}${GAP}` },
+      failed,
+      {
+        text: `${GAP}${job.items_per_second !== undefined ? number(job.items_per_second) : '-'}${GAP}${job.eta_s !== undefined ? `${job.eta_s} s` : '-'}`,
+      },
     ]);
   }
   return out;

@@ -159,6 +159,11 @@ export class JobManager {
     return this.get(id);
   }
 
+  /** The jobs running in this process, with their pace: what the dashboard and `top` show. */
+  runningJobs(): JobInfo[] {
+    return [...this.running.values()].map((job) => this.live(job));
+  }
+
   /** The model a job runs, for access checks. */
   async modelOf(id: string): Promise<string> {
     const live = this.running.get(id);

@@ -12,7 +12,7 @@ import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
  * a short summary when it asks, never thousands of answers in its context (docs/jobs.md).
  */
 
-const JobOut = z.object({
+export const JobOut = z.object({
   id: z.string(),
   model: z.string(),
   version: z.string().optional(),

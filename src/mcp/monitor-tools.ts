@@ -5,6 +5,7 @@ import type { Gateway } from '../gateway.js';
 import { type Diagnosis, diagnoseRequest, diagnoseWindow, type ModelContext } from '../metrics/latency-diagnosis.js';
 import { STAGES } from '../metrics/request-window.js';
 import { type ModelSnapshot, serverSnapshot, type VersionSnapshot } from '../metrics/snapshot.js';
+import { JobOut, jobLine } from './job-tools.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
 import { callerOf, errorResult, jsonResult } from './results.js';
 
@@ -185,6 +186,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
             }),
           )
           .optional(),
+        jobs: z.array(JobOut).optional().describe('batch jobs running: progress, items/s, ETA'),
       }),
       annotations: { readOnlyHint: true, idempotentHint: false, openWorldHint: false },
     }),
@@ -209,11 +211,16 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           lines.push(
             `gpu ${g.index} ${g.name}: ${Math.round(g.utilization * 100)}% busy, ${mib(g.memory_used_bytes)} of ${mib(g.memory_total_bytes)}`,
           );
+        const jobs = snapshot.jobs.filter(
+          (j) => (model === undefined || j.model === model) && gateway.access.can(caller, 'read', 'model', j.model),
+        );
+        lines.push(...jobs.map(jobLine));
         return jsonResult(`last ${snapshot.window_s} s\n${lines.join('\n') || 'No models are registered.'}`, {
           window_s: snapshot.window_s,
           models: rows,
           ...(snapshot.unattributed.failed > 0 ? { unattributed_errors: snapshot.unattributed.top_errors } : {}),
           ...(snapshot.gpus ? { gpus: snapshot.gpus } : {}),
+          ...(jobs.length > 0 ? { jobs } : {}),
         });
       } catch (err) {
         return errorResult(err);

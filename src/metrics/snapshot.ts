@@ -1,4 +1,5 @@
 import type { Gateway } from '../gateway.js';
+import type { JobInfo } from '../jobs/job-manager.js';
 import type { VersionState } from '../scheduler/model-manager.js';
 import type { RunListing } from '../training/training-control.js';
 import { VERSION } from '../version.js';
@@ -8,7 +9,7 @@ import { round, type WindowSummary } from './request-window.js';
 
 /**
  * One picture of the whole server: every model version's state, pool, workers and recent-window
- * figures, the GPUs, and the training runs. `get_metrics`, the dashboard's live feed and
+ * figures, the GPUs, the training runs and the batch jobs running. `get_metrics`, the dashboard's live feed and
  * `tensorgate top` all read this one shape, so they never disagree.
  */
 
@@ -62,6 +63,8 @@ export interface ServerSnapshot {
   /** Absent where there is no GPU. */
   gpus?: GpuSample[];
   training: RunListing[];
+  /** Batch jobs running in this process: progress, items/s, ETA. */
+  jobs: JobInfo[];
 }
 
 export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapshot {
@@ -122,5 +125,6 @@ export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapsh
     unattributed: { failed: unattributed.failed, top_errors: unattributed.top_errors },
     ...(gpu ? { gpus: gpu.gpus } : {}),
     training,
+    jobs: gateway.jobs.runningJobs(),
   };
 }

@@ -188,6 +188,11 @@ describe('batch jobs over MCP', () => {
     const files = Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat();
     const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 4 });
     await until(server.client, started.id, (j) => j.done > 0);
+    // While it runs, get_metrics shows it with its pace (the dashboard and `top` read the same).
+    const metrics = await call(server.client, 'get_metrics', {});
+    const running = (metrics.structuredContent as { jobs?: (Job & { items_per_second?: number })[] }).jobs ?? [];
+    assert.equal(running.find((j) => j.id === started.id)?.state, 'running', metrics.text);
+    assert.match(metrics.text, new RegExp(`job ${started.id} \\(digits\\): running, \\d+/${files.length} items`));
     const cancelled = await job(server.client, 'cancel_job', { id: started.id });
     assert.equal(cancelled.state, 'cancelled');
     assert.ok(cancelled.done < files.length, 'it stopped before the end');

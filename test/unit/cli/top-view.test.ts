@@ -120,6 +120,23 @@ function snapshot(): ServerSnapshot {
         latest: { lr: 0.0003, loss: 0.23456 },
       },
     ],
+    jobs: [
+      {
+        id: '3f2a9c1e-0000-4000-8000-000000000000',
+        model: 'digits',
+        state: 'running',
+        results: '/data/digits.jsonl',
+        items: 12000,
+        done: 640,
+        failed: 2,
+        errors: { BAD_IMAGE: 2 },
+        items_per_second: 410,
+        eta_s: 28,
+        created_at: '2026-12-03T06:39:00Z',
+        created_by: 'mcp:agent',
+        updated_at: '2026-12-03T06:39:59Z',
+      },
+    ],
   };
 }
 
@@ -142,6 +159,8 @@ describe('renderTop', () => {
     assert.match(text, /^image-classifier@2\s+loading\s+cpu\s+0\/0\s+0\s+0\s+-\s+-\s+-\s+-/m);
     assert.match(text, /^RUN\s+STATE\s+STEP\s+RANKS\s+LATEST$/m);
     assert.match(text, /^mnist-mlp\s+running\s+1200\s+2\s+loss 0\.2346, lr 0\.0003$/m);
+    assert.match(text, /^JOB\s+MODEL\s+DONE\s+FAILED\s+ITEMS\/S\s+ETA$/m);
+    assert.match(text, /^3f2a9c1e\s+digits\s+640\/12000\s+2\s+410\s+28 s$/m);
     assert.ok(!text.includes('GPU'), 'no GPU line or column without GPUs');
   });
 
