@@ -17,6 +17,7 @@ import { renderEngines } from './engines/render.js';
 import { renderFixedCost } from './fixed-cost/render.js';
 import { renderGpuCheck } from './gpu/render.js';
 import { renderGpuServing } from './gpu/serving-render.js';
+import { renderJobs } from './jobs/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
@@ -61,6 +62,7 @@ const RENDERERS: Record<string, Renderer> = {
   processing: renderProcessing,
   soak: renderSoak,
   workflows: renderWorkflows,
+  jobs: renderJobs,
   remote: renderRemote,
   engines: renderEngines,
   'gpu-check': renderGpuCheck,
@@ -113,6 +115,7 @@ function main(): void {
     'bash bench/peers/run.sh                               # set-up + about 10 minutes on 2 cores',
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
+    'node --import tsx bench/jobs/run.ts                   # about 3 minutes on 2 cores',
     'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
     'node --import tsx bench/engines/run.ts                # about 15 minutes on 2 cores',
     '.tensorgate/venv/bin/python bench/gpu/check.py        # on a CUDA machine (--device cpu elsewhere): about 3 minutes',

@@ -182,6 +182,8 @@ export class Gateway {
   readonly workflows: WorkflowCatalogue;
   /** Batch jobs: a model run over many files or texts, its answers written to a file (src/jobs). */
   readonly jobs: JobManager;
+  /** When each model was last called by anything but a batch job (performance.now()). */
+  private readonly interactiveAt = new Map<string, number>();
   private readonly models: ModelManager;
   /** Registrations running now, by model name: a second one of the same name is refused. */
   private readonly registering = new Map<string, string>();
@@ -241,6 +243,8 @@ export class Gateway {
       modelConfig: (name) => this.modelConfig(name),
       allowedRoots: config.allowedRoots,
       store: registry.store,
+      interactiveSince: (model, ms) =>
+        performance.now() - (this.interactiveAt.get(model) ?? Number.NEGATIVE_INFINITY) < ms,
       log: (message, fields) => log(message, fields),
     });
     this.models = new ModelManager({
@@ -680,6 +684,8 @@ export class Gateway {
     decode: (config: ModelConfig) => DecodedInput[],
   ) {
     const start = performance.now();
+    // Batch jobs step back while a model has calls of any other kind (src/jobs).
+    if (adapter !== 'job') this.interactiveAt.set(request.model, start);
     const requestId = request.request_id ?? randomUUID();
     let config: ModelConfig | undefined;
     let version: string | undefined;
@@ -703,7 +709,10 @@ export class Gateway {
       decodeStart = performance.now();
       inputs = decode(config);
       decodeMs = performance.now() - decodeStart;
-      response = await route.pool.infer({ inputs, precision: parameters.precision }, { timeoutMs, signal });
+      response = await route.pool.infer(
+        { inputs, precision: parameters.precision },
+        { timeoutMs, signal, background: adapter === 'job' },
+      );
     } catch (err) {
       // Every failure is counted: by code, and against the model version when it is known.
       const name = config?.name;

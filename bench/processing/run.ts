@@ -22,7 +22,7 @@
  * Results go to bench/results/processing-<time>.json; bench/report.ts renders docs/benchmarks.md.
  */
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,25 +49,10 @@ import {
   toolCall,
   waitHealthy,
 } from '../peers/harness.js';
+import { BATCHING, MODEL, makeModel, PROCESSING } from './model.js';
 import { type ProcessingBlock, type ProcessingResult, SYSTEMS, type SystemId } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const MODEL = 'photo-classifier';
-const BATCHING = { max_batch_size: 16, max_queue_delay_us: 500 };
-const PROCESSING = {
-  inputs: {
-    image: {
-      type: 'image',
-      description: 'a photo',
-      resize: { shorter: 256 },
-      center_crop: [224, 224],
-      mean: [0.485, 0.456, 0.406],
-      std: [0.229, 0.224, 0.225],
-    },
-  },
-  output: { type: 'classification', top_k: 5 },
-};
-
 const { values: opts } = parseArgs({
   options: {
     concurrency: { type: 'string', default: '1,16' },
@@ -77,20 +62,6 @@ const { values: opts } = parseArgs({
     out: { type: 'string' },
   },
 });
-
-/** The demo image model as `photo-classifier`: version 1 only, with processing and batching. */
-function makeModel(demo: string, models: string): string {
-  const dir = join(models, MODEL);
-  cpSync(join(demo, 'image-classifier'), dir, { recursive: true, filter: (src) => !src.includes('/2') });
-  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-  config.name = MODEL;
-  config.versions = { '1': (config.versions as Record<string, unknown>)['1'] };
-  config.parameters = { precision: ['fp32'] };
-  config.batching = BATCHING;
-  config.processing = PROCESSING;
-  writeFileSync(join(dir, 'config.json'), JSON.stringify(config, null, 2));
-  return dir;
-}
 
 /** The Python and torch versions the workers and the raw baseline run on. */
 function runtimeOf(python: string): { python: string; torch: string } {

@@ -16,11 +16,11 @@ import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './
  * workers), `batch` at a time, with at most `lanes` requests of the job in flight, so a job keeps
  * the model busy while an interactive call waits behind at most those (docs/jobs.md).
  *
- * Every chunk's lines are written in order and fsynced before the job's progress (next chunk,
- * the file's committed length) is recorded in the registry database. A job interrupted anywhere
- * (cancelled, the server stopped or killed) is therefore consistent at its last commit: resuming
- * cuts the file back to the recorded length and runs the chunks after it, so each item's line is
- * in the file exactly once.
+ * Every request's lines are written in item order and fsynced before the job's progress (items
+ * done, the file's committed length) is recorded in the registry database. A job interrupted
+ * anywhere (cancelled, the server stopped or killed) is therefore consistent at its last commit:
+ * resuming cuts the file back to the recorded length and runs the items after it, so each item's
+ * line is in the file exactly once.
  */
 
 /** What the manager needs of the gateway. */
@@ -29,6 +29,8 @@ export interface JobHost {
   modelConfig(name: string): ModelConfig;
   allowedRoots: string[];
   store: RegistryStore;
+  /** Whether anything but a job called `model` within the last `ms`. */
+  interactiveSince(model: string, ms: number): boolean;
   log(message: string, fields: Record<string, unknown>): void;
 }
 
@@ -69,7 +71,12 @@ const ITEM_ERRORS = new Set([
   'HANDLER_FAILED',
 ]);
 
-/** Errors that may pass: the chunk is tried again after a pause (each pause twice the last). */
+/** A model called by anything but a job within this many ms has interactive traffic. */
+const INTERACTIVE_MS = 1000;
+/** How often a job stepping back for interactive calls looks whether it may send the next item. */
+const YIELD_POLL_MS = 2;
+
+/** Errors that may pass: the request is tried again after a pause (each pause longer). */
 const TRANSIENT_ERRORS = new Set(['MODEL_NOT_READY', 'WORKER_CRASHED', 'TIMEOUT', 'QUEUE_FULL', 'INFERENCE_FAILED']);
 const RETRY_MS = [250, 1000, 4000, 16_000];
 
@@ -118,7 +125,6 @@ export class JobManager {
         done: 0,
         failed: 0,
         errors: {},
-        next_chunk: 0,
         results_bytes: 0,
       },
       error: null,
@@ -245,7 +251,12 @@ export class JobManager {
     });
   }
 
-  /** Runs the chunks after the last committed one, `lanes` at a time, committing in order. */
+  /**
+   * Runs the items after the last committed one, `lanes` requests at a time, committing in item
+   * order. While the model has interactive traffic (a call that is not a job's in the last
+   * second), the job steps back to one request of one item in flight, so an interactive call
+   * waits behind at most one item's forward pass, which the model may even batch it with.
+   */
   private async run(job: Running): Promise<void> {
     const { spec, record } = job;
     const config = this.host.modelConfig(spec.model);
@@ -253,23 +264,24 @@ export class JobManager {
     const batch = spec.batch ?? config.batching?.max_batch_size ?? 8;
     const lanes = Math.max(2, (config.resources?.instances ?? 1) + 1);
     const progress = record.progress;
-    const chunks = Math.ceil(record.items.length / batch);
+    const total = record.items.length;
     const fd = openSync(spec.results, 'r+');
     try {
       // Anything after the last commit was written by a run that did not get to record it.
       ftruncateSync(fd, progress.results_bytes);
+      /** Finished requests by their first item, waiting for the ones before them. */
       const ready = new Map<number, Line[]>();
-      let dispatched = progress.next_chunk;
+      let cursor = progress.done;
+      let inFlight = 0;
       let committing = Promise.resolve();
       const commit = async (): Promise<void> => {
-        while (ready.has(progress.next_chunk)) {
-          const lines = ready.get(progress.next_chunk) as Line[];
-          ready.delete(progress.next_chunk);
+        while (ready.has(progress.done)) {
+          const lines = ready.get(progress.done) as Line[];
+          ready.delete(progress.done);
           const text = Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
           writeSync(fd, text, 0, text.byteLength, progress.results_bytes);
           fsyncSync(fd);
           progress.results_bytes += text.byteLength;
-          progress.next_chunk += 1;
           progress.done += lines.length;
           for (const line of lines)
             if (line.error) {
@@ -286,14 +298,24 @@ export class JobManager {
         }
       };
       const lane = async (): Promise<void> => {
-        while (!job.abort.signal.aborted) {
-          const chunk = dispatched++;
-          if (chunk >= chunks) return;
-          const start = chunk * batch;
-          const items = record.items.slice(start, start + batch);
-          const lines = await this.runChunk(job, input, start, items);
+        while (!job.abort.signal.aborted && cursor < total) {
+          const yielding = this.host.interactiveSince(spec.model, INTERACTIVE_MS);
+          if (yielding && inFlight > 0) {
+            await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
+            continue;
+          }
+          const start = cursor;
+          const items = record.items.slice(start, start + (yielding ? 1 : batch));
+          cursor += items.length;
+          inFlight++;
+          let lines: Line[];
+          try {
+            lines = await this.runChunk(job, input, start, items);
+          } finally {
+            inFlight--;
+          }
           if (job.abort.signal.aborted) return; // withdrawn: not committed
-          ready.set(chunk, lines);
+          ready.set(start, lines);
           committing = committing.then(commit);
           await committing;
         }
@@ -307,7 +329,7 @@ export class JobManager {
     }
   }
 
-  /** One chunk's result lines: one request for all its items; on an item's error, each alone. */
+  /** One request's result lines: one request for all its items; on an item's error, each alone. */
   private async runChunk(job: Running, input: string, start: number, items: string[]): Promise<Line[]> {
     try {
       const result = await this.infer(job, input, items);

@@ -69,16 +69,17 @@ export type JobSpec = z.infer<typeof JobSpecSchema>;
 
 export type JobState = 'running' | 'completed' | 'failed' | 'cancelled';
 
-/** Where a job stands; what is recorded in the registry after every chunk it commits. */
+/** Where a job stands; what is recorded in the registry after every request it commits. */
 export interface JobProgress {
   items: number;
-  /** Items whose result line is written and committed, failed ones included. */
+  /**
+   * Items whose result line is written and committed, failed ones included: always the first
+   * `done` items, as lines are committed in item order; a resumed job goes on from there.
+   */
   done: number;
   failed: number;
   /** Failed items by error code. */
   errors: Record<string, number>;
-  /** The first chunk not yet committed (chunks are `batch` items, committed in order). */
-  next_chunk: number;
   /** The results file's committed length: a resumed job cuts the file back to it. */
   results_bytes: number;
 }

@@ -15,6 +15,8 @@ export class Job {
   solo = false;
   /** Already re-run once after its worker crashed. */
   retried = false;
+  /** A batch job's request: queued behind every other kind (see ModelPool.infer). */
+  background = false;
   private done = false;
   private timer: NodeJS.Timeout | undefined;
   private signal: AbortSignal | undefined;

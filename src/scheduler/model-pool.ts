@@ -44,6 +44,8 @@ export interface PoolOptions {
 export interface InferOptions {
   timeoutMs: number;
   signal?: AbortSignal;
+  /** A batch job's request: every other request queued after it still goes ahead of it. */
+  background?: boolean;
 }
 
 interface Slot {
@@ -190,7 +192,12 @@ export class ModelPool {
       const job = new Job(request, rows, key, resolve, reject);
       job.arm(options.timeoutMs, options.signal, () => this.withdraw(job));
       if (job.settled) return; // Already cancelled.
-      this.queue.push(job);
+      job.background = options.background === true;
+      // Interactive requests go ahead of queued batch-job requests: they wait at most for what
+      // is running, never for a job's backlog.
+      const behind = job.background ? -1 : this.queue.findIndex((queued) => queued.background);
+      if (behind < 0) this.queue.push(job);
+      else this.queue.splice(behind, 0, job);
       this.lastUsed = performance.now();
       this.requestDrain();
     });

@@ -87,6 +87,20 @@ describe('dynamic batching', { timeout: 300_000 }, () => {
     }
   });
 
+  it("runs an interactive request ahead of a batch job's queued requests", async () => {
+    // One instance sleeping 0.5 s per pass: the first job request runs, the rest queue.
+    const order: string[] = [];
+    const call = (name: string, adapter: 'job' | 'mcp') =>
+      gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } }, { adapter }).then(() => order.push(name));
+    const running = call('job 1', 'job');
+    await new Promise((r) => setTimeout(r, 100));
+    const queued = [call('job 2', 'job'), call('job 3', 'job')];
+    await new Promise((r) => setTimeout(r, 50));
+    const interactive = call('interactive', 'mcp');
+    await Promise.all([running, ...queued, interactive]);
+    assert.deepEqual(order, ['job 1', 'interactive', 'job 2', 'job 3']);
+  });
+
   it('sends a lone request at once under light traffic, and waits again once a pass carried company', async () => {
     const one = (model: string) => gateway.infer({ model, inputs: { a: [[1, 2]], b: [[3, 4]] } });
     // Light traffic: each pass carries one request, so none waits for the 300 ms delay.

@@ -19,7 +19,7 @@ const job = (id: string, createdAt: string): JobRecord => ({
   spec: { model: 'digits', results: `/data/${id}.jsonl` },
   items: ['/data/a.png', '/data/b.png', 'a text, with "quotes"'],
   state: 'running',
-  progress: { items: 3, done: 0, failed: 0, errors: {}, next_chunk: 0, results_bytes: 0 },
+  progress: { items: 3, done: 0, failed: 0, errors: {}, results_bytes: 0 },
   error: null,
   createdAt,
   createdBy: 'mcp:tests',
@@ -29,7 +29,7 @@ const job = (id: string, createdAt: string): JobRecord => ({
 async function recordsJobs(store: RegistryStore): Promise<void> {
   await store.createJob(job('first', '2026-12-05T07:00:00.000Z'));
   await store.createJob(job('second', '2026-12-05T07:01:00.000Z'));
-  const progress = { items: 3, done: 2, failed: 1, errors: { BAD_IMAGE: 1 }, next_chunk: 1, results_bytes: 120 };
+  const progress = { items: 3, done: 2, failed: 1, errors: { BAD_IMAGE: 1 }, results_bytes: 120 };
   await store.updateJob('first', 'failed', progress, 'too many failures');
   const listed = await store.listJobs(false);
   assert.deepEqual(

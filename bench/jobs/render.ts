@@ -1,0 +1,44 @@
+import type { MachineInfo } from '../mcp-overhead/machine.js';
+import type { Distribution } from '../mcp-overhead/stats.js';
+
+/** What bench/jobs/run.ts writes, and its docs/benchmarks.md section. */
+
+export interface JobsFile {
+  benchmark: 'jobs';
+  date: string;
+  machine: MachineInfo;
+  config: { images: number; seconds: number; model: string; batch: number };
+  raw: { items: number; seconds: number; items_per_s: number };
+  job: { seconds: number; items_per_s: number; ratio_to_raw: number };
+  interactive: { alone: Distribution; during_job: Distribution; p99_ratio: number };
+}
+
+const TARGET_RATIO = 0.9;
+const TARGET_P99 = 2;
+
+export function renderJobs(files: unknown[]): string {
+  const f = files.at(-1) as JobsFile;
+  const m = f.machine;
+  const { alone, during_job: during } = f.interactive;
+  const met = (ok: boolean) => (ok ? 'yes' : '**no**');
+  return [
+    '## Batch jobs (bench/jobs)',
+    '',
+    `\`node --import tsx bench/jobs/run.ts\`: a job (\`start_job\`) over ${f.config.images} distinct 320x240 JPEG photos on \`${f.config.model}\` (the demo image model with processing: resize 256, crop 224, normalise, top 5; batches of ${f.config.batch}), from its start to \`completed\`, against one Python process looping over the same files by hand (Pillow, the transforms, batches of ${f.config.batch}, the forward pass). Then the model's tool called on one photo in a closed loop for ${f.config.seconds} s, without a job and while a second job runs. ${m.cores} cores (${m.cpu_model}), Node ${m.node}, commit ${m.commit}, run ${f.date.slice(0, 16).replace('T', ' ')} UTC.`,
+    '',
+    '| measure | raw loop | tensorgate job | ratio |',
+    '| --- | ---: | ---: | ---: |',
+    `| items/s | ${f.raw.items_per_s} | ${f.job.items_per_s} | ${f.job.ratio_to_raw} |`,
+    '',
+    "| interactive call (the model's tool, one photo) | p50 ms | p90 ms | p99 ms |",
+    '| --- | ---: | ---: | ---: |',
+    `| alone | ${alone.p50} | ${alone.p90} | ${alone.p99} |`,
+    `| while a job runs | ${during.p50} | ${during.p90} | ${during.p99} |`,
+    '',
+    '| target | goal | measured | met |',
+    '| --- | --- | ---: | --- |',
+    `| job throughput | at least ${TARGET_RATIO}x the raw loop | ${f.job.ratio_to_raw}x | ${met(f.job.ratio_to_raw >= TARGET_RATIO)} |`,
+    `| interactive p99 during a job | at most ${TARGET_P99}x without | ${f.interactive.p99_ratio}x | ${met(f.interactive.p99_ratio <= TARGET_P99)} |`,
+    '',
+  ].join('\n');
+}
