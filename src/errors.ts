@@ -183,6 +183,11 @@ export const ERROR_CODES = {
     status: 409,
     summary: "The job's results file exists already; a job never writes over one unless asked to.",
   },
+  DISK_FULL: {
+    status: 507,
+    summary: "The disk holding the job's results file is full (or the file reached its size limit); the job is paused.",
+  },
+  JOB_NOT_PAUSED: { status: 409, summary: 'Only a paused job can be resumed; this one is not paused.' },
   INTERNAL: { status: 500, summary: 'An unexpected error inside tensorgate; please report it.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -381,7 +381,7 @@ export class Gateway {
     );
     // Jobs the last run of the server left unfinished go on from their last commit.
     await this.jobs
-      .resume()
+      .resumeInterrupted()
       .catch((err) => this.log(`could not resume the batch jobs: ${(err as Error).message}`, { level: 'error' }));
   }
 

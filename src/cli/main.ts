@@ -227,6 +227,7 @@ job
   .option('--batch <n>', 'items per request (default: the model batch size)', positiveInt)
   .option('--max-failures <n>', 'stop once more items than this have failed', Number)
   .option('--overwrite', 'replace RESULTS if it exists')
+  .option('--wait', 'print progress to stderr and the summary once the job stops, rather than at once')
   .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
   .action((model: string, opts) => {
     const sources = [opts.folder, opts.lines, opts.files].filter((x) => x !== undefined);
@@ -236,19 +237,26 @@ job
       : opts.lines
         ? { lines: opts.lines }
         : { files: opts.files };
-    return callServerTool(opts.url, 'start_job', {
-      model,
-      items,
-      results: opts.results,
-      ...(opts.version ? { version: opts.version } : {}),
-      ...(opts.batch ? { batch: opts.batch } : {}),
-      ...(opts.maxFailures !== undefined ? { max_failures: opts.maxFailures } : {}),
-      ...(opts.overwrite ? { overwrite: true } : {}),
-    });
+    return callServerTool(
+      opts.url,
+      'start_job',
+      {
+        model,
+        items,
+        results: opts.results,
+        ...(opts.version ? { version: opts.version } : {}),
+        ...(opts.batch ? { batch: opts.batch } : {}),
+        ...(opts.maxFailures !== undefined ? { max_failures: opts.maxFailures } : {}),
+        ...(opts.overwrite ? { overwrite: true } : {}),
+        ...(opts.wait ? { wait: true } : {}),
+      },
+      { progress: Boolean(opts.wait) },
+    );
   });
 for (const [command, tool, what] of [
   ['status', 'get_job', "a job's state and progress"],
-  ['cancel', 'cancel_job', 'stop a running job; the lines written so far stay'],
+  ['cancel', 'cancel_job', 'stop a running or paused job; the lines written so far stay'],
+  ['resume', 'resume_job', 'run a paused job (DISK_FULL) on from its last commit'],
 ] as const)
   job
     .command(command)

@@ -12,7 +12,13 @@ export function authHeaders(): Record<string, string> {
   return token ? { authorization: `Bearer ${token}` } : {};
 }
 
-export async function callServerTool(url: string, tool: string, args: Record<string, unknown>): Promise<void> {
+export async function callServerTool(
+  url: string,
+  tool: string,
+  args: Record<string, unknown>,
+  /** Print the call's progress notifications to stderr as they come (a waiting job start). */
+  options: { progress?: boolean } = {},
+): Promise<void> {
   const client = new Client({ name: 'tensorgate-cli', version: VERSION });
   try {
     await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: authHeaders() } }));
@@ -22,11 +28,23 @@ export async function callServerTool(url: string, tool: string, args: Record<str
     );
   }
   try {
-    const result = (await client.callTool({ name: tool, arguments: args })) as {
+    const result = (await client.callTool(
+      { name: tool, arguments: args },
+      options.progress
+        ? {
+            onprogress: (p) => process.stderr.write(`${p.message ?? `${p.progress}/${p.total ?? '?'}`}\n`),
+            // A long call stays open as long as it reports progress.
+            resetTimeoutOnProgress: true,
+          }
+        : {},
+    )) as {
       isError?: boolean;
       content: { type: string; text?: string }[];
     };
-    const text = result.content.map((c) => c.text ?? '').join('\n');
+    const text = result.content
+      .filter((c) => c.type === 'text')
+      .map((c) => c.text)
+      .join('\n');
     if (result.isError) {
       process.stderr.write(`tensorgate: ${text}\n`);
       process.exitCode = 1;

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { tgError } from '../errors.js';
 import { resolveAllowedPath } from '../requests/decode-inputs.js';
@@ -104,7 +104,8 @@ function globMatcher(pattern: string): (name: string) => boolean {
 
 /**
  * Where results may be written: an absolute .jsonl path whose folder exists under the allowed
- * roots; an existing file only when `overwrite`.
+ * roots; an existing file only when `overwrite`, and a link only when what it leads to is under
+ * the roots too. Answers the path with its folder resolved.
  */
 export function checkResultsPath(path: string, roots: string[], overwrite: boolean): string {
   if (!isAbsolute(path) || !path.endsWith('.jsonl'))
@@ -114,16 +115,40 @@ export function checkResultsPath(path: string, roots: string[], overwrite: boole
   const folder = dirname(path);
   if (!existsSync(folder) || !statSync(folder).isDirectory())
     throw tgError('FILE_NOT_FOUND', `results: the folder ${folder} does not exist on the server`, { path });
-  const real = join(realpathSync.native(folder), basename(path));
-  if (!inside(real, roots))
-    throw tgError(
-      'PATH_NOT_ALLOWED',
-      `results: ${path} is outside the allowed roots (${roots.join(', ')}); write it under one of them`,
-      { path, roots },
-    );
+  const given = join(realpathSync.native(folder), basename(path));
+  const real = resultsTarget(given, roots);
   if (existsSync(real) && !overwrite)
     throw tgError('RESULTS_EXIST', `results: ${path} exists; choose another path or pass "overwrite": true`, {
       path,
     });
+  return given;
+}
+
+/**
+ * The file a results path writes to: itself, or what a link there leads to, which must be under
+ * the allowed roots. Checked whenever a job opens its file, as a link may be repointed meanwhile.
+ */
+export function resultsTarget(path: string, roots: string[]): string {
+  let real = path;
+  if (lstatSync(path, { throwIfNoEntry: false })) {
+    try {
+      real = realpathSync.native(path);
+    } catch {
+      // Writing through a dangling link would create its target wherever it points.
+      throw tgError(
+        'PATH_NOT_ALLOWED',
+        `results: ${path} is a link that leads nowhere; remove it or point it at a file`,
+        {
+          path,
+        },
+      );
+    }
+  }
+  if (!inside(real, roots))
+    throw tgError(
+      'PATH_NOT_ALLOWED',
+      `results: ${path}${real === path ? '' : ` leads to ${real}, which`} is outside the allowed roots (${roots.join(', ')}); write it under one of them`,
+      { path, roots },
+    );
   return real;
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { closeSync, fsyncSync, ftruncateSync, openSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, writeSync } from 'node:fs';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions } from '../gateway.js';
 import type { ModelConfig } from '../registry/model-config.js';
@@ -7,7 +7,7 @@ import type { JobRecord, RegistryStore } from '../registry/store.js';
 import type { InferenceRequest } from '../requests/inference-request.js';
 import { roundSignificant } from '../tensor/number-format.js';
 import { numberReader, type Tensor } from '../tensor/tensor.js';
-import { checkResultsPath, listItems } from './items.js';
+import { checkResultsPath, listItems, resultsTarget } from './items.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 
 /**
@@ -20,7 +20,8 @@ import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './
  * done, the file's committed length) is recorded in the registry database. A job interrupted
  * anywhere (cancelled, the server stopped or killed) is therefore consistent at its last commit:
  * resuming cuts the file back to the recorded length and runs the items after it, so each item's
- * line is in the file exactly once.
+ * line is in the file exactly once. A write the disk refuses (full, or the file at its size limit)
+ * pauses the job at that same point, to be resumed once there is room.
  */
 
 /** What the manager needs of the gateway. */
@@ -88,7 +89,9 @@ interface Running {
   spec: JobSpec;
   abort: AbortController;
   /** Why it stopped, when it did not run to the end. */
-  stopping?: 'cancel' | 'shutdown' | { failed: string };
+  stopping?: 'cancel' | 'shutdown' | { failed: string } | { paused: TensorgateError };
+  /** Told after every commit: start_job's waiting form sends them on as progress. */
+  listeners: Set<(job: JobInfo) => void>;
   startedAt: number;
   doneAtStart: number;
   finished: Promise<void>;
@@ -142,9 +145,7 @@ export class JobManager {
   async get(id: string): Promise<JobInfo> {
     const live = this.running.get(id);
     if (live) return this.live(live);
-    const record = (await this.host.store.listJobs(false)).find((j) => j.id === id);
-    if (!record) throw tgError('JOB_NOT_FOUND', `no job "${id}" is recorded; list_jobs lists them`, { job: id });
-    return this.info(record);
+    return this.info(await this.recorded(id, false));
   }
 
   async list(): Promise<JobInfo[]> {
@@ -155,14 +156,54 @@ export class JobManager {
     });
   }
 
-  /** Stops a running job: requests in flight are withdrawn, what is committed stays. */
+  /** Stops a running or paused job: requests in flight are withdrawn, what is committed stays. */
   async cancel(id: string): Promise<JobInfo> {
     const live = this.running.get(id);
-    if (!live) return this.get(id); // finished already (or unknown: JOB_NOT_FOUND)
+    if (!live) {
+      const record = await this.recorded(id, false); // JOB_NOT_FOUND when unknown
+      if (record.state === 'paused') await this.host.store.updateJob(id, 'cancelled', record.progress, record.error);
+      return this.get(id); // a finished job stays as it finished
+    }
     live.stopping ??= 'cancel';
     live.abort.abort();
     await live.finished;
     return this.get(id);
+  }
+
+  /** Runs a paused job on from its last commit (once its cause, a full disk, is fixed). */
+  async resume(id: string): Promise<JobInfo> {
+    if (this.closed) throw tgError('SHUTTING_DOWN', 'the server is stopping');
+    const record = this.running.has(id) ? undefined : await this.recorded(id, true);
+    if (record?.state !== 'paused' || this.running.has(id))
+      throw tgError(
+        'JOB_NOT_PAUSED',
+        `job ${id} is ${record?.state ?? 'running'}; only a paused job resumes (get_job says why it stopped)`,
+        { job: id },
+      );
+    const spec = JobSpecSchema.parse(record.spec);
+    const progress = record.progress as JobProgress;
+    this.host.log('resuming a paused batch job', {
+      level: 'info',
+      job: id,
+      done: progress.done,
+      items: progress.items,
+    });
+    const job = this.launch({ ...record, progress, state: 'running', error: null }, spec);
+    await this.host.store.updateJob(id, 'running', progress, null);
+    return this.live(job);
+  }
+
+  /** Answers once the job stops running in this process: finished, paused, or the server stopping. */
+  async settled(id: string): Promise<JobInfo> {
+    await this.running.get(id)?.finished;
+    return this.get(id);
+  }
+
+  /** Calls `listener` with the job after each of its commits; returns what stops that. */
+  watch(id: string, listener: (job: JobInfo) => void): () => void {
+    const live = this.running.get(id);
+    live?.listeners.add(listener);
+    return () => live?.listeners.delete(listener);
   }
 
   /** The jobs running in this process, with their pace: what the dashboard and `top` show. */
@@ -174,13 +215,20 @@ export class JobManager {
   async modelOf(id: string): Promise<string> {
     const live = this.running.get(id);
     if (live) return live.spec.model;
-    const record = (await this.host.store.listJobs(false)).find((j) => j.id === id);
-    if (!record) throw tgError('JOB_NOT_FOUND', `no job "${id}" is recorded; list_jobs lists them`, { job: id });
-    return (record.spec as JobSpec).model;
+    return ((await this.recorded(id, false)).spec as JobSpec).model;
   }
 
-  /** At start-up: every job recorded as running (the server stopped or died under it) goes on. */
-  async resume(): Promise<void> {
+  private async recorded(id: string, withItems: boolean): Promise<JobRecord> {
+    const record = (await this.host.store.listJobs(withItems)).find((j) => j.id === id);
+    if (!record) throw tgError('JOB_NOT_FOUND', `no job "${id}" is recorded; list_jobs lists them`, { job: id });
+    return record;
+  }
+
+  /**
+   * At start-up: every job recorded as running (the server stopped or died under it) goes on.
+   * Paused ones wait for resume_job: what paused them needs someone to fix it.
+   */
+  async resumeInterrupted(): Promise<void> {
     for (const record of await this.host.store.listJobs(true)) {
       if (record.state !== 'running' || this.running.has(record.id)) continue;
       const spec = JobSpecSchema.parse(record.spec);
@@ -207,7 +255,7 @@ export class JobManager {
     await Promise.all(live.map((j) => j.finished));
   }
 
-  private launch(record: Running['record'], spec: JobSpec): void {
+  private launch(record: Running['record'], spec: JobSpec): Running {
     const job: Running = {
       record,
       spec,
@@ -215,21 +263,36 @@ export class JobManager {
       startedAt: performance.now(),
       doneAtStart: record.progress.done,
       finished: Promise.resolve(),
+      listeners: new Set(),
     };
     this.running.set(record.id, job);
     job.finished = this.run(job)
       .catch((err) => {
-        job.stopping = { failed: asTensorgateError(err).message };
+        const error = asTensorgateError(err);
+        job.stopping = error.code === 'DISK_FULL' ? { paused: error } : { failed: error.message };
       })
       .then(() => this.finish(job));
+    return job;
   }
 
   private async finish(job: Running): Promise<void> {
     this.running.delete(job.record.id);
     const { stopping } = job;
     if (stopping === 'shutdown') return; // resumed at the next start
-    const state: JobState = stopping === undefined ? 'completed' : stopping === 'cancel' ? 'cancelled' : 'failed';
-    const error = typeof stopping === 'object' ? stopping.failed : null;
+    const state: JobState =
+      stopping === undefined
+        ? 'completed'
+        : stopping === 'cancel'
+          ? 'cancelled'
+          : 'paused' in stopping
+            ? 'paused'
+            : 'failed';
+    const error =
+      typeof stopping !== 'object'
+        ? null
+        : 'paused' in stopping
+          ? `${stopping.paused.code}: ${stopping.paused.message}`
+          : stopping.failed;
     job.record.state = state;
     job.record.error = error;
     try {
@@ -242,7 +305,7 @@ export class JobManager {
       });
     }
     this.host.log(`batch job ${state}`, {
-      level: state === 'failed' ? 'error' : 'info',
+      level: state === 'failed' ? 'error' : state === 'paused' ? 'warn' : 'info',
       job: job.record.id,
       model: job.spec.model,
       done: job.record.progress.done,
@@ -265,10 +328,11 @@ export class JobManager {
     const lanes = Math.max(2, (config.resources?.instances ?? 1) + 1);
     const progress = record.progress;
     const total = record.items.length;
-    const fd = openSync(spec.results, 'r+');
+    // Checked at every (re)start: a link there may have been pointed elsewhere since.
+    const fd = openSync(resultsTarget(spec.results, this.host.allowedRoots), 'r+');
     try {
       // Anything after the last commit was written by a run that did not get to record it.
-      ftruncateSync(fd, progress.results_bytes);
+      if (fstatSync(fd).size !== progress.results_bytes) ftruncateSync(fd, progress.results_bytes);
       /** Finished requests by their first item, waiting for the ones before them. */
       const ready = new Map<number, Line[]>();
       let cursor = progress.done;
@@ -279,8 +343,16 @@ export class JobManager {
           const lines = ready.get(progress.done) as Line[];
           ready.delete(progress.done);
           const text = Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
-          writeSync(fd, text, 0, text.byteLength, progress.results_bytes);
-          fsyncSync(fd);
+          try {
+            writeAll(fd, text, progress.results_bytes);
+            fsyncSync(fd);
+          } catch (err) {
+            // Nothing of this request counts as done: a resume cuts what did get written.
+            const error = diskError(err, spec.results);
+            if (error.code === 'DISK_FULL') job.stopping ??= { paused: error };
+            job.abort.abort();
+            throw error;
+          }
           progress.results_bytes += text.byteLength;
           progress.done += lines.length;
           for (const line of lines)
@@ -289,6 +361,7 @@ export class JobManager {
               progress.errors[line.error.code] = (progress.errors[line.error.code] ?? 0) + 1;
             }
           await this.host.store.updateJob(record.id, 'running', progress, null);
+          for (const listener of job.listeners) listener(this.live(job));
           if (spec.max_failures !== undefined && progress.failed > spec.max_failures) {
             job.stopping ??= {
               failed: `${progress.failed} items failed, over the job's max_failures of ${spec.max_failures} (${describeErrors(progress.errors)})`,
@@ -412,6 +485,25 @@ interface Line {
   item: string;
   error?: { code: string; message: string };
   [answer: string]: unknown;
+}
+
+/** Writes all of `data` at `position`: a write may take less than it was given. */
+function writeAll(fd: number, data: Buffer, position: number): void {
+  let written = 0;
+  while (written < data.byteLength)
+    written += writeSync(fd, data, written, data.byteLength - written, position + written);
+}
+
+/** ENOSPC, EDQUOT and EFBIG (the file at its size limit) as DISK_FULL; any other write error as it is. */
+function diskError(err: unknown, path: string): TensorgateError {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC' || code === 'EDQUOT' || code === 'EFBIG')
+    return tgError(
+      'DISK_FULL',
+      `the results file ${path} cannot grow (${code}): the job is paused at its last commit; free space, then resume_job`,
+      { path },
+    );
+  return asTensorgateError(err);
 }
 
 function describe(error: TensorgateError): { code: string; message: string } {

@@ -67,7 +67,11 @@ export const JobSpecSchema = z
   .strict();
 export type JobSpec = z.infer<typeof JobSpecSchema>;
 
-export type JobState = 'running' | 'completed' | 'failed' | 'cancelled';
+/**
+ * `paused`: stopped at its last commit for a reason someone has to fix (a full disk); resume_job
+ * runs it on from there.
+ */
+export type JobState = 'running' | 'paused' | 'completed' | 'failed' | 'cancelled';
 
 /** Where a job stands; what is recorded in the registry after every request it commits. */
 export interface JobProgress {

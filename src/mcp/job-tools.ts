@@ -1,4 +1,6 @@
-import type { McpServer } from '@modelcontextprotocol/server';
+import { basename } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway } from '../gateway.js';
 import type { JobInfo } from '../jobs/job-manager.js';
@@ -7,16 +9,20 @@ import { schemaSharingRegistrar } from './output-schemas.js';
 import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
 
 /**
- * start_job, get_job, list_jobs, cancel_job: a model run over a folder of files or a file of
- * texts, server-side, its answers written to a results file. The agent gets a job id at once and
- * a short summary when it asks, never thousands of answers in its context (docs/jobs.md).
+ * start_job, get_job, list_jobs, cancel_job, resume_job: a model run over a folder of files or a
+ * file of texts, server-side, its answers written to a results file. The agent gets a job id at
+ * once (or, with `wait`, progress notifications and then the summary) and a link to the results
+ * file, never thousands of answers in its context (docs/jobs.md).
  */
+
+/** Progress notifications of a waiting start_job are at least this far apart (the last one aside). */
+const PROGRESS_EVERY_MS = 250;
 
 export const JobOut = z.object({
   id: z.string(),
   model: z.string(),
   version: z.string().optional(),
-  state: z.enum(['running', 'completed', 'failed', 'cancelled']),
+  state: z.enum(['running', 'paused', 'completed', 'failed', 'cancelled']),
   results: z
     .string()
     .describe('the JSONL file the answers go to, one line per item: {"index", "item", answer or "error"}'),
@@ -26,7 +32,10 @@ export const JobOut = z.object({
   errors: z.record(z.string(), z.number()).describe('failed items by error code'),
   items_per_second: z.number().optional(),
   eta_s: z.number().optional().describe('seconds left at the current pace'),
-  error: z.string().optional().describe('why a failed job stopped'),
+  error: z
+    .string()
+    .optional()
+    .describe('why a failed or paused job stopped; a paused one starts with its code (DISK_FULL: ...)'),
   created_at: z.string(),
   created_by: z.string().nullable(),
   updated_at: z.string(),
@@ -44,6 +53,55 @@ export function jobLine(job: JobInfo): string {
   return `job ${job.id} (${job.model}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
 }
 
+/** The job's summary, with a link to its results file for clients that open files. */
+function jobResult(job: JobInfo): CallToolResult {
+  const result = jsonResult(jobLine(job), { ...job });
+  result.content.push({
+    type: 'resource_link',
+    uri: pathToFileURL(job.results).href,
+    name: basename(job.results),
+    mimeType: 'application/jsonl',
+    description: `the answers of job ${job.id}, one JSON line per item in item order`,
+  });
+  return result;
+}
+
+/**
+ * Waits for a job to stop, sending its progress (items done of all) as MCP progress notifications
+ * when the client asked for them. A client giving up on the call leaves the job running.
+ */
+async function waitForJob(gateway: Gateway, job: JobInfo, ctx: ServerContext): Promise<JobInfo> {
+  const token = ctx.mcpReq._meta?.progressToken;
+  let sentAt = Number.NEGATIVE_INFINITY;
+  const stopWatching = gateway.jobs.watch(job.id, (current) => {
+    const now = performance.now();
+    if (token === undefined || (now - sentAt < PROGRESS_EVERY_MS && current.done < current.items)) return;
+    sentAt = now;
+    ctx.mcpReq
+      .notify({
+        method: 'notifications/progress',
+        params: { progressToken: token, progress: current.done, total: current.items, message: jobLine(current) },
+      })
+      .catch(() => {}); // the client went away: the job goes on
+  });
+  const gaveUp = new Promise<void>((resolve) => ctx.mcpReq.signal.addEventListener('abort', () => resolve()));
+  try {
+    await Promise.race([gateway.jobs.settled(job.id), gaveUp]);
+    return await gateway.jobs.get(job.id);
+  } finally {
+    stopWatching();
+  }
+}
+
+const StartJobArgs = JobSpecSchema.extend({
+  wait: z
+    .boolean()
+    .default(false)
+    .describe(
+      'answer when the job stops rather than at once, sending progress notifications meanwhile (when the call asks for progress)',
+    ),
+});
+
 export function registerJobTools(server: McpServer, gateway: Gateway): void {
   const register = schemaSharingRegistrar(server);
 
@@ -52,16 +110,16 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     () => ({
       title: 'Start a batch job',
       description:
-        'Runs a model that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, or each line of a text file. Returns a job id at once; the answers go to a JSONL results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
-      inputSchema: JobSpecSchema,
+        'Runs a model that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, or each line of a text file. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
+      inputSchema: StartJobArgs,
       outputSchema: JobOut,
       annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: false },
     }),
-    async (spec, ctx) => {
+    async ({ wait, ...spec }, ctx) => {
       try {
         gateway.access.check(callerOf(ctx), 'execute', 'model', spec.model);
         const job = await gateway.jobs.start(spec, actorOf(server, ctx));
-        return jsonResult(jobLine(job), { ...job });
+        return jobResult(wait ? await waitForJob(gateway, job, ctx) : job);
       } catch (err) {
         return errorResult(err);
       }
@@ -80,8 +138,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     async ({ id }, ctx) => {
       try {
         gateway.access.check(callerOf(ctx), 'read', 'model', await gateway.jobs.modelOf(id));
-        const job = await gateway.jobs.get(id);
-        return jsonResult(jobLine(job), { ...job });
+        return jobResult(await gateway.jobs.get(id));
       } catch (err) {
         return errorResult(err);
       }
@@ -113,7 +170,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     () => ({
       title: 'Cancel a batch job',
       description:
-        'Stops a running job: requests in flight are withdrawn; the results file keeps every line written so far, each item at most once.',
+        'Stops a running or paused job: requests in flight are withdrawn; the results file keeps every line written so far, each item at most once.',
       inputSchema: z.object({ id: z.string().describe('the id start_job answered') }),
       outputSchema: JobOut,
       annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: false },
@@ -121,8 +178,27 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     async ({ id }, ctx) => {
       try {
         gateway.access.check(callerOf(ctx), 'execute', 'model', await gateway.jobs.modelOf(id));
-        const job = await gateway.jobs.cancel(id);
-        return jsonResult(jobLine(job), { ...job });
+        return jobResult(await gateway.jobs.cancel(id));
+      } catch (err) {
+        return errorResult(err);
+      }
+    },
+  );
+
+  register(
+    'resume_job',
+    () => ({
+      title: 'Resume a paused batch job',
+      description:
+        'Runs a paused job (get_job says why it paused, e.g. DISK_FULL) on from its last committed item, once the cause is fixed.',
+      inputSchema: z.object({ id: z.string().describe('the id start_job answered') }),
+      outputSchema: JobOut,
+      annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: false },
+    }),
+    async ({ id }, ctx) => {
+      try {
+        gateway.access.check(callerOf(ctx), 'execute', 'model', await gateway.jobs.modelOf(id));
+        return jobResult(await gateway.jobs.resume(id));
       } catch (err) {
         return errorResult(err);
       }

@@ -1,6 +1,16 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -12,8 +22,10 @@ import { ensureDigitsModels, ROOT } from '../helpers/models.js';
 /**
  * Batch jobs end to end: the real CLI, the official MCP client, real torch workers reading real
  * PNG files. A job over a folder writes every item's answer once; a bad file is recorded with its
- * code while the job goes on; cancelling leaves a consistent file; a server killed with SIGKILL
- * mid-job resumes it at its restart, and the file still holds each item exactly once.
+ * code while the job goes on; cancelling leaves a consistent file; a full disk (the kernel's
+ * /dev/full, which answers every write with ENOSPC) pauses the job until it is resumed; a server
+ * killed with SIGKILL mid-job resumes it at its restart, and the file still holds each item
+ * exactly once.
  */
 
 interface Job {
@@ -85,7 +97,7 @@ describe('batch jobs over MCP', () => {
   let inbox: string;
 
   before(async () => {
-    server = await connect('http', undefined, [], models);
+    server = await connect('http', undefined, [], models, ['--allow-root', '/dev/full']);
     inbox = join(server.workDir, 'inbox');
     mkdirSync(inbox);
     for (const png of pngs) copyFileSync(join(examples, png), join(inbox, png));
@@ -179,6 +191,21 @@ describe('batch jobs over MCP', () => {
     );
     await refused({ model: 'nope', items: { folder: inbox } }, 'MODEL_NOT_FOUND', /nope/);
     assert.equal(readFileSync(results, 'utf8'), 'already here\n', 'a refused job writes nothing');
+    // A link under the roots may not lead out of them, nor nowhere.
+    const outward = join(server.workDir, 'outward.jsonl');
+    symlinkSync('/etc/hostname', outward);
+    await refused(
+      { items: { folder: inbox }, results: outward, overwrite: true },
+      'PATH_NOT_ALLOWED',
+      /leads to \/etc\/hostname, which is outside the allowed roots/,
+    );
+    const dangling = join(server.workDir, 'dangling.jsonl');
+    symlinkSync(join(server.workDir, 'missing', 'x.jsonl'), dangling);
+    await refused(
+      { items: { folder: inbox }, results: dangling, overwrite: true },
+      'PATH_NOT_ALLOWED',
+      /leads nowhere/,
+    );
     const missing = await call(server.client, 'get_job', { id: 'nope' });
     assert.match(missing.text, /^JOB_NOT_FOUND: /);
   });
@@ -200,6 +227,74 @@ describe('batch jobs over MCP', () => {
     // The model serves interactive calls on.
     const answer = await call(server.client, 'digits', { image: join(inbox, pngs[1] as string) });
     assert.notEqual(answer.isError, true, answer.text);
+  });
+
+  it('waits when asked, sending progress notifications, and links the results file', async () => {
+    const results = join(server.workDir, 'waited.jsonl');
+    const files = Array.from({ length: 8 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const progress: { progress: number; total?: number }[] = [];
+    const result = (await server.client.callTool(
+      { name: 'start_job', arguments: { model: 'digits', items: { files }, results, batch: 8, wait: true } },
+      { onprogress: (p) => progress.push(p), resetTimeoutOnProgress: true },
+    )) as { isError?: boolean; content: { type: string; text?: string; uri?: string }[]; structuredContent?: Job };
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    assert.equal(result.structuredContent?.state, 'completed', 'the answer came once the job had stopped');
+    assert.equal(result.structuredContent?.done, files.length);
+    assert.ok(progress.length >= 2, `${progress.length} progress notifications`);
+    assert.ok(
+      progress.every((p, i) => p.total === files.length && (i === 0 || p.progress > (progress[i - 1]?.progress ?? 0))),
+      JSON.stringify(progress),
+    );
+    assert.equal(progress.at(-1)?.progress, files.length);
+    const link = result.content.find((c) => c.type === 'resource_link');
+    assert.equal(link?.uri, `file://${results}`);
+    assertEachOnce(lines(results), files.length);
+  });
+
+  it('pauses with DISK_FULL when the disk refuses its writes, and resumes once there is room', async () => {
+    // The results path is a link to /dev/full: every write to it fails with ENOSPC, as on a full disk.
+    const results = join(server.workDir, 'full.jsonl');
+    symlinkSync('/dev/full', results);
+    const files = Array.from({ length: 4 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const started = await job(server.client, 'start_job', {
+      model: 'digits',
+      items: { files },
+      results,
+      batch: 8,
+      overwrite: true,
+    });
+    const paused = await until(server.client, started.id, (j) => j.state !== 'running');
+    assert.equal(paused.state, 'paused');
+    assert.match(paused.error ?? '', /^DISK_FULL: the results file .* cannot grow \(ENOSPC\)/);
+    assert.equal(paused.done, 0, 'nothing the disk refused is counted as done');
+    const refused = await call(server.client, 'resume_job', { id: 'nope' });
+    assert.match(refused.text, /^JOB_NOT_FOUND: /);
+
+    // Room again: the same path now leads to a file on a disk with space.
+    const room = join(server.workDir, 'room.jsonl');
+    writeFileSync(room, '');
+    unlinkSync(results);
+    symlinkSync(room, results);
+    const resumed = await job(server.client, 'resume_job', { id: started.id });
+    assert.equal(resumed.state, 'running');
+    const finished = await until(server.client, started.id, (j) => j.state !== 'running');
+    assert.equal(finished.state, 'completed', finished.error);
+    assertEachOnce(lines(room), files.length);
+    const again = await call(server.client, 'resume_job', { id: started.id });
+    assert.match(again.text, /^JOB_NOT_PAUSED: job \S+ is completed/);
+  });
+
+  it('goes on when its model is unloaded mid-job: the next request loads it again', async () => {
+    const results = join(server.workDir, 'unloaded.jsonl');
+    const files = Array.from({ length: 30 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 4 });
+    await until(server.client, started.id, (j) => j.done > 0);
+    const unloaded = await call(server.client, 'unload_model', { model: 'digits' });
+    assert.notEqual(unloaded.isError, true, unloaded.text);
+    const finished = await until(server.client, started.id, (j) => j.state !== 'running', 150_000);
+    assert.equal(finished.state, 'completed', finished.error);
+    assert.equal(finished.failed, 0);
+    assertEachOnce(lines(results), files.length);
   });
 });
 

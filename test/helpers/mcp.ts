@@ -36,10 +36,20 @@ export async function connect(
   serveArgs: string[] = [],
   /** Another model repository than the test models (one a test assembled). */
   modelsDir?: string,
+  /** Options of the program itself, given before `serve` (another --allow-root). */
+  globalArgs: string[] = [],
 ): Promise<Connected> {
   const models = modelsDir ?? ensureTestModels();
   const workDir = mkdtempSync(join(tmpdir(), 'tensorgate-test-'));
-  const common = ['--models', models, '--registry', join(workDir, 'registry.db'), '--allow-root', workDir];
+  const common = [
+    '--models',
+    models,
+    '--registry',
+    join(workDir, 'registry.db'),
+    '--allow-root',
+    workDir,
+    ...globalArgs,
+  ];
   const client = new Client(
     { name: 'tensorgate-tests', version: '0.0.0' },
     kind === 'http-2026' ? { versionNegotiation: { mode: { pin: '2026-07-28' } } } : {},
