@@ -401,7 +401,7 @@ function renderJobs(jobs) {
           'tr',
           { 'data-job': j.id },
           el('td', { text: j.id.slice(0, 8), title: `${j.id}: results in ${j.results}` }),
-          el('td', { text: j.model }),
+          el('td', { text: j.model ?? `${j.workflow} (workflow)` }),
           el('td', { text: `${j.done} / ${j.items}` }),
           el('td', { text: String(j.failed) }),
           el('td', { text: j.items_per_second === undefined ? '-' : fmtNumber(j.items_per_second) }),

@@ -47,6 +47,7 @@ import { TensorStore } from './tensor/store.js';
 import { numel } from './tensor/tensor.js';
 import { TrainingControl } from './training/training-control.js';
 import { WorkflowCatalogue, type WorkflowInfo, workflowFile } from './workflows/catalogue.js';
+import { decodeWorkflowInputs, executeWorkflowRequest } from './workflows/run-workflow.js';
 
 /**
  * The core every adapter (MCP, CLI, later HTTP/OIP v2) talks to: the registry, the running model
@@ -241,6 +242,18 @@ export class Gateway {
     this.jobs = new JobManager({
       infer: (request, options) => this.infer(request, options),
       modelConfig: (name) => this.modelConfig(name),
+      workflowPlan: (name) => {
+        const plan = this.workflows.plan(name);
+        return { processed: Object.keys(plan.processed), models: plan.models };
+      },
+      runWorkflow: async (workflow, inputs, options) => {
+        const { run } = await executeWorkflowRequest(
+          this,
+          { workflow, decode: (plan) => decodeWorkflowInputs(plan, inputs, this) },
+          options,
+        );
+        return run.outputs;
+      },
       allowedRoots: config.allowedRoots,
       store: registry.store,
       interactiveSince: (model, ms) =>

@@ -212,11 +212,14 @@ for (const [command, tool, what] of [
 
 const job = program
   .command('job')
-  .description("batch jobs in a running server: a model over a folder's files or a file's lines (docs/jobs.md)");
+  .description(
+    "batch jobs in a running server: a model or workflow over a folder's files or a file's lines (docs/jobs.md)",
+  );
 job
   .command('start')
   .description('start a job and print its id; the answers go to RESULTS, one JSON line per item')
-  .argument('<model>', 'a model with processing')
+  .argument('<name>', 'a model with processing (or, with --workflow, a workflow taking files)')
+  .option('--workflow', 'NAME is a workflow, run once per item')
   .requiredOption('--results <file>', 'the .jsonl file to write (absolute, under an allowed root)')
   .option('--folder <dir>', "the folder's files are the items")
   .option('--pattern <glob>', 'with --folder: only files whose name matches, e.g. "*.jpg"')
@@ -229,7 +232,7 @@ job
   .option('--overwrite', 'replace RESULTS if it exists')
   .option('--wait', 'print progress to stderr and the summary once the job stops, rather than at once')
   .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
-  .action((model: string, opts) => {
+  .action((name: string, opts) => {
     const sources = [opts.folder, opts.lines, opts.files].filter((x) => x !== undefined);
     if (sources.length !== 1) program.error('give the items with exactly one of --folder, --lines or --files');
     const items = opts.folder
@@ -241,7 +244,7 @@ job
       opts.url,
       'start_job',
       {
-        model,
+        ...(opts.workflow ? { workflow: name } : { model: name }),
         items,
         results: opts.results,
         ...(opts.version ? { version: opts.version } : {}),

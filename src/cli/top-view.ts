@@ -244,14 +244,15 @@ function trainingTable(s: ServerSnapshot): Line[] {
 
 /** The batch jobs running: a line each with its progress, pace and ETA. */
 function jobsTable(s: ServerSnapshot): Line[] {
-  const modelW = Math.max(5, ...s.jobs.map((j) => j.model.length));
+  const runs = (j: ServerSnapshot['jobs'][number]) => j.model ?? `${j.workflow} (workflow)`;
+  const modelW = Math.max(5, ...s.jobs.map((j) => runs(j).length));
   const out: Line[] = [
-    [{ text: ['JOB     ', 'MODEL'.padEnd(modelW), 'DONE', 'FAILED', 'ITEMS/S', 'ETA'].join(GAP), sgr: '1' }],
+    [{ text: ['JOB     ', 'RUNS'.padEnd(modelW), 'DONE', 'FAILED', 'ITEMS/S', 'ETA'].join(GAP), sgr: '1' }],
   ];
   for (const job of s.jobs) {
     const failed = job.failed > 0 ? { text: String(job.failed).padStart(6), sgr: '31' } : { text: '0'.padStart(6) };
     out.push([
-      { text: `${job.id.slice(0, 8)}${GAP}${job.model.padEnd(modelW)}${GAP}${job.done}/${job.items}${GAP}` },
+      { text: `${job.id.slice(0, 8)}${GAP}${runs(job).padEnd(modelW)}${GAP}${job.done}/${job.items}${GAP}` },
       failed,
       {
         text: `${GAP}${job.items_per_second !== undefined ? number(job.items_per_second) : '-'}${GAP}${job.eta_s !== undefined ? `${job.eta_s} s` : '-'}`,

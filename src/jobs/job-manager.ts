@@ -7,14 +7,16 @@ import type { JobRecord, RegistryStore } from '../registry/store.js';
 import type { InferenceRequest } from '../requests/inference-request.js';
 import { roundSignificant } from '../tensor/number-format.js';
 import { numberReader, type Tensor } from '../tensor/tensor.js';
+import type { WorkflowOutputValue } from '../workflows/executor.js';
 import { checkResultsPath, listItems, resultsTarget } from './items.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 
 /**
- * Batch jobs: a model with processing run over many items, its answers appended to a JSONL file
- * as it goes. Items go through the same path as interactive calls (decode, queue, batching,
- * workers), `batch` at a time, with at most `lanes` requests of the job in flight, so a job keeps
- * the model busy while an interactive call waits behind at most those (docs/jobs.md).
+ * Batch jobs: a model with processing, or a workflow taking files or texts, run over many items,
+ * its answers appended to a JSONL file as it goes. Items go through the same path as interactive
+ * calls (decode, queue, batching, workers): a model's `batch` at a time, a workflow's one per run,
+ * with at most `lanes` requests of the job in flight, so a job keeps the models busy while an
+ * interactive call waits behind at most those (docs/jobs.md).
  *
  * Every request's lines are written in item order and fsynced before the job's progress (items
  * done, the file's committed length) is recorded in the registry database. A job interrupted
@@ -28,6 +30,10 @@ import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './
 export interface JobHost {
   infer(request: InferenceRequest, options?: InferOptions): Promise<InferenceResult>;
   modelConfig(name: string): ModelConfig;
+  /** A workflow's file and text inputs and the models it runs; WORKFLOW_NOT_FOUND when unknown. */
+  workflowPlan(name: string): { processed: string[]; models: string[] };
+  /** One run of a workflow on files or texts, its outputs. */
+  runWorkflow(name: string, inputs: Record<string, unknown>, options: InferOptions): Promise<WorkflowOutputValue[]>;
   allowedRoots: string[];
   store: RegistryStore;
   /** Whether anything but a job called `model` within the last `ms`. */
@@ -38,7 +44,9 @@ export interface JobHost {
 /** A job as get_job and list_jobs answer it. */
 export interface JobInfo {
   id: string;
-  model: string;
+  /** What it runs: a model, or a workflow. */
+  model?: string;
+  workflow?: string;
   version?: string;
   state: JobState;
   results: string;
@@ -70,6 +78,7 @@ const ITEM_ERRORS = new Set([
   'PATH_NOT_ALLOWED',
   'INPUT_TOO_LARGE',
   'HANDLER_FAILED',
+  'WORKFLOW_CONDITION_FAILED',
 ]);
 
 /** A model called by anything but a job within this many ms has interactive traffic. */
@@ -83,6 +92,20 @@ const RETRY_MS = [250, 1000, 4000, 16_000];
 
 /** Output rows longer than this are left out of a result line (an answer, not a dump). */
 const MAX_ROW_VALUES = 4096;
+
+/** What a job runs, resolved against what the server serves. */
+interface Target {
+  kind: 'model' | 'workflow';
+  name: string;
+  /** The file or text input the items go to. */
+  input: string;
+  /** Items per request: a model's batch; one for a workflow, whose branches are decided per run. */
+  batch: number;
+  /** Requests kept in flight while nothing else calls the models. */
+  lanes: number;
+  /** The models it runs: it steps back while any of them has interactive calls. */
+  models: string[];
+}
 
 interface Running {
   record: Omit<JobRecord, 'progress'> & { progress: JobProgress };
@@ -113,8 +136,7 @@ export class JobManager {
         `the job is not valid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`,
       );
     const spec = parsed.data;
-    const config = this.host.modelConfig(spec.model);
-    inputOf(config, spec);
+    this.target(spec);
     const results = checkResultsPath(spec.results, this.host.allowedRoots, spec.overwrite);
     const items = listItems(spec.items, this.host.allowedRoots);
     const now = new Date().toISOString();
@@ -211,11 +233,56 @@ export class JobManager {
     return [...this.running.values()].map((job) => this.live(job));
   }
 
-  /** The model a job runs, for access checks. */
-  async modelOf(id: string): Promise<string> {
-    const live = this.running.get(id);
-    if (live) return live.spec.model;
-    return ((await this.recorded(id, false)).spec as JobSpec).model;
+  /** The model or workflow a job runs, for access checks. */
+  async targetOf(id: string): Promise<{ model?: string; workflow?: string }> {
+    const { model, workflow } = this.running.get(id)?.spec ?? ((await this.recorded(id, false)).spec as JobSpec);
+    return model !== undefined ? { model } : { workflow: workflow as string };
+  }
+
+  /** What `spec` runs, checked against the models and workflows served now. */
+  private target(spec: JobSpec): Target {
+    if ((spec.model === undefined) === (spec.workflow === undefined))
+      throw tgError('BAD_PARAMETER', 'a job runs a "model" or a "workflow": give one of the two', {
+        parameter: 'model',
+      });
+    if (spec.model !== undefined) {
+      const config = this.host.modelConfig(spec.model);
+      const inputs = Object.keys(config.processing?.inputs ?? {});
+      if (inputs.length === 0)
+        throw tgError(
+          'BAD_PARAMETER',
+          `model "${config.name}" takes tensors, not files or texts: a job runs a model with processing`,
+          { parameter: 'model' },
+        );
+      return {
+        kind: 'model',
+        name: spec.model,
+        input: pickInput(`model "${spec.model}"`, inputs, spec.input),
+        batch: spec.batch ?? config.batching?.max_batch_size ?? 8,
+        lanes: Math.max(2, (config.resources?.instances ?? 1) + 1),
+        models: [spec.model],
+      };
+    }
+    const name = spec.workflow as string;
+    if (spec.version !== undefined)
+      throw tgError('BAD_PARAMETER', `"version" picks a model's version; workflow ${name} names its own`, {
+        parameter: 'version',
+      });
+    const plan = this.host.workflowPlan(name);
+    if (plan.processed.length === 0)
+      throw tgError(
+        'BAD_PARAMETER',
+        `workflow "${name}" takes tensors, not files or texts: a job runs a workflow with an image, text or audio input`,
+        { parameter: 'workflow' },
+      );
+    return {
+      kind: 'workflow',
+      name,
+      input: pickInput(`workflow "${name}"`, plan.processed, spec.input),
+      batch: 1,
+      lanes: spec.batch ?? 8,
+      models: plan.models,
+    };
   }
 
   private async recorded(id: string, withItems: boolean): Promise<JobRecord> {
@@ -236,7 +303,7 @@ export class JobManager {
       this.host.log('resuming a batch job', {
         level: 'info',
         job: record.id,
-        model: spec.model,
+        target: spec.model ?? spec.workflow,
         done: progress.done,
         items: progress.items,
       });
@@ -307,7 +374,7 @@ export class JobManager {
     this.host.log(`batch job ${state}`, {
       level: state === 'failed' ? 'error' : state === 'paused' ? 'warn' : 'info',
       job: job.record.id,
-      model: job.spec.model,
+      target: job.spec.model ?? job.spec.workflow,
       done: job.record.progress.done,
       failed: job.record.progress.failed,
       ...(error ? { error } : {}),
@@ -322,10 +389,8 @@ export class JobManager {
    */
   private async run(job: Running): Promise<void> {
     const { spec, record } = job;
-    const config = this.host.modelConfig(spec.model);
-    const input = inputOf(config, spec);
-    const batch = spec.batch ?? config.batching?.max_batch_size ?? 8;
-    const lanes = Math.max(2, (config.resources?.instances ?? 1) + 1);
+    const target = this.target(spec);
+    const { batch, lanes } = target;
     const progress = record.progress;
     const total = record.items.length;
     // Checked at every (re)start: a link there may have been pointed elsewhere since.
@@ -372,7 +437,7 @@ export class JobManager {
       };
       const lane = async (): Promise<void> => {
         while (!job.abort.signal.aborted && cursor < total) {
-          const yielding = this.host.interactiveSince(spec.model, INTERACTIVE_MS);
+          const yielding = target.models.some((m) => this.host.interactiveSince(m, INTERACTIVE_MS));
           if (yielding && inFlight > 0) {
             await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
             continue;
@@ -383,7 +448,7 @@ export class JobManager {
           inFlight++;
           let lines: Line[];
           try {
-            lines = await this.runChunk(job, input, start, items);
+            lines = await this.runChunk(job, target, start, items);
           } finally {
             inFlight--;
           }
@@ -403,32 +468,33 @@ export class JobManager {
   }
 
   /** One request's result lines: one request for all its items; on an item's error, each alone. */
-  private async runChunk(job: Running, input: string, start: number, items: string[]): Promise<Line[]> {
+  private async runChunk(job: Running, target: Target, start: number, items: string[]): Promise<Line[]> {
     try {
-      const result = await this.infer(job, input, items);
-      return items.map((item, k) => ({ index: start + k, item, ...answerOf(result, k) }));
+      const answers = await this.request(job, target, items);
+      return items.map((item, k) => ({ index: start + k, item, ...answers[k] }));
     } catch (err) {
       const error = asTensorgateError(err);
       if (job.abort.signal.aborted) return [];
       if (!ITEM_ERRORS.has(error.code)) throw error;
       if (items.length === 1) return [{ index: start, item: items[0] as string, error: describe(error) }];
-      const alone = await Promise.all(items.map((item, k) => this.runChunk(job, input, start + k, [item])));
+      const alone = await Promise.all(items.map((item, k) => this.runChunk(job, target, start + k, [item])));
       return alone.flat();
     }
   }
 
-  /** One request of the job, tried again after transient failures. */
-  private async infer(job: Running, input: string, items: string[]): Promise<InferenceResult> {
+  /** One request of the job, tried again after transient failures: each item's answer. */
+  private async request(job: Running, target: Target, items: string[]): Promise<Record<string, unknown>[]> {
+    const options: InferOptions = { signal: job.abort.signal, adapter: 'job', keepOutputs: false };
+    const inputs = { [target.input]: items };
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.host.infer(
-          {
-            model: job.spec.model,
-            ...(job.spec.version ? { version: job.spec.version } : {}),
-            inputs: { [input]: items },
-          },
-          { signal: job.abort.signal, adapter: 'job', keepOutputs: false },
+        if (target.kind === 'workflow')
+          return [workflowAnswer(await this.host.runWorkflow(target.name, inputs, options))];
+        const result = await this.host.infer(
+          { model: target.name, ...(job.spec.version ? { version: job.spec.version } : {}), inputs },
+          options,
         );
+        return items.map((_, k) => answerOf(result, k));
       } catch (err) {
         const error = asTensorgateError(err);
         const pause = RETRY_MS[attempt];
@@ -463,7 +529,7 @@ export class JobManager {
     const progress = record.progress as JobProgress;
     return {
       id: record.id,
-      model: spec.model,
+      ...(spec.model !== undefined ? { model: spec.model } : { workflow: spec.workflow as string }),
       ...(spec.version ? { version: spec.version } : {}),
       state: record.state as JobState,
       results: spec.results,
@@ -516,30 +582,24 @@ function describeErrors(errors: Record<string, number>): string {
     .join(', ');
 }
 
-/** The processed input a job's items go to. */
-function inputOf(config: ModelConfig, spec: JobSpec): string {
-  const inputs = Object.keys(config.processing?.inputs ?? {});
-  if (inputs.length === 0)
-    throw tgError(
-      'BAD_PARAMETER',
-      `model "${config.name}" takes tensors, not files or texts: a job runs a model with processing`,
-      { parameter: 'model' },
-    );
-  if (spec.input !== undefined && !inputs.includes(spec.input))
-    throw tgError(
-      'UNKNOWN_INPUT',
-      `model "${config.name}" has no input "${spec.input}"; it takes ${inputs.join(', ')}`,
-      {
-        input: spec.input,
-      },
-    );
-  if (spec.input === undefined && inputs.length > 1)
-    throw tgError(
-      'BAD_PARAMETER',
-      `model "${config.name}" takes ${inputs.join(', ')}: name the one the items go to in "input"`,
-      { parameter: 'input' },
-    );
-  return spec.input ?? (inputs[0] as string);
+/** The file or text input a job's items go to: `wanted`, or the only one there is. */
+function pickInput(what: string, inputs: string[], wanted: string | undefined): string {
+  if (wanted !== undefined && !inputs.includes(wanted))
+    throw tgError('UNKNOWN_INPUT', `${what} has no input "${wanted}"; it takes ${inputs.join(', ')}`, {
+      input: wanted,
+    });
+  if (wanted === undefined && inputs.length > 1)
+    throw tgError('BAD_PARAMETER', `${what} takes ${inputs.join(', ')}: name the one the items go to in "input"`, {
+      parameter: 'input',
+    });
+  return wanted ?? (inputs[0] as string);
+}
+
+/** A workflow run's answer: each output's row (tensors) or value (literals). */
+function workflowAnswer(outputs: WorkflowOutputValue[]): Record<string, unknown> {
+  return {
+    outputs: Object.fromEntries(outputs.map((o) => [o.name, 'tensor' in o ? rowOf(o.tensor, 0) : o.value])),
+  };
 }
 
 /** Item `k`'s answer: its labels, objects, text, the handler's answer, or its output rows. */

@@ -36,10 +36,20 @@ export type JobItems = z.infer<typeof JobItemsSchema>;
 
 export const JobSpecSchema = z
   .object({
-    model: z.string().min(1).describe('a model with processing (see list_models): it takes files or texts'),
+    /** What runs: a model with processing, or a workflow whose inputs take files or texts; one of the two. */
+    model: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('a model with processing (see list_models): it takes files or texts; or give "workflow"'),
+    workflow: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('a workflow with an image, text or audio input (see list_workflows), run once per item'),
     version: z.string().optional().describe("model version; the model's default when omitted"),
-    /** The processed input the items go to; the model's only one when absent. */
-    input: z.string().optional().describe("the model's input the items go to; its only one when omitted"),
+    /** The processed input the items go to; the only one when absent. */
+    input: z.string().optional().describe("the model's or workflow's input the items go to; its only one when omitted"),
     items: JobItemsSchema.describe(
       '{"folder": "/data/inbox", "pattern": "*.jpg", "recursive": false}, {"files": ["/data/a.png", ...]} or {"lines": "/data/texts.txt"} (one text per line)',
     ),
@@ -48,14 +58,16 @@ export const JobSpecSchema = z
       .min(1)
       .describe('where to write the answers: an absolute .jsonl path under the allowed roots, one line per item'),
     overwrite: z.boolean().default(false).describe('replace a results file that exists (refused otherwise)'),
-    /** Items per request; the model's max_batch_size when absent. */
+    /** Items per request (a model's max_batch_size when absent); for a workflow, runs at once (8). */
     batch: z
       .number()
       .int()
       .min(1)
       .max(1024)
       .optional()
-      .describe("items per request (the model's batch size by default)"),
+      .describe(
+        "items per request (the model's batch size by default); for a workflow, how many one-item runs go at once (8 by default)",
+      ),
     /** Stop the job once more items than this have failed; it runs to the end when absent. */
     max_failures: z
       .number()

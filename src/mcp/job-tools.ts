@@ -1,10 +1,11 @@
 import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
+import type { AuthInfo, CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway } from '../gateway.js';
 import type { JobInfo } from '../jobs/job-manager.js';
 import { JobSpecSchema } from '../jobs/spec.js';
+import { checkWorkflowAccess } from '../workflows/run-workflow.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
 import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
 
@@ -20,7 +21,8 @@ const PROGRESS_EVERY_MS = 250;
 
 export const JobOut = z.object({
   id: z.string(),
-  model: z.string(),
+  model: z.string().optional().describe('the model it runs'),
+  workflow: z.string().optional().describe('or the workflow'),
   version: z.string().optional(),
   state: z.enum(['running', 'paused', 'completed', 'failed', 'cancelled']),
   results: z
@@ -50,7 +52,37 @@ export function jobLine(job: JobInfo): string {
     : '';
   const pace = job.items_per_second !== undefined ? `, ${job.items_per_second} items/s, ETA ${job.eta_s} s` : '';
   const error = job.error ? `: ${job.error}` : '';
-  return `job ${job.id} (${job.model}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
+  const runs = job.model ?? `workflow ${job.workflow}`;
+  return `job ${job.id} (${runs}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
+}
+
+/**
+ * A job is read (get_job, list_jobs) by callers who may read its model or workflow, and started,
+ * cancelled or resumed by those who may run it: a workflow's models too, as run_workflow checks.
+ */
+export function jobAllowed(
+  gateway: Gateway,
+  caller: AuthInfo | undefined,
+  action: 'read' | 'execute',
+  job: { model?: string; workflow?: string },
+): boolean {
+  try {
+    checkJobAccess(gateway, caller, action, job);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function checkJobAccess(
+  gateway: Gateway,
+  caller: AuthInfo | undefined,
+  action: 'read' | 'execute',
+  job: { model?: string; workflow?: string },
+): void {
+  if (job.model !== undefined) gateway.access.check(caller, action, 'model', job.model);
+  else if (action === 'execute') checkWorkflowAccess(gateway, caller, job.workflow as string);
+  else gateway.access.check(caller, 'read', 'workflow', job.workflow as string);
 }
 
 /** The job's summary, with a link to its results file for clients that open files. */
@@ -110,14 +142,14 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     () => ({
       title: 'Start a batch job',
       description:
-        'Runs a model that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, or each line of a text file. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
+        'Runs a model (or a workflow) that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, or each line of a text file. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
       inputSchema: StartJobArgs,
       outputSchema: JobOut,
       annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: false },
     }),
     async ({ wait, ...spec }, ctx) => {
       try {
-        gateway.access.check(callerOf(ctx), 'execute', 'model', spec.model);
+        checkJobAccess(gateway, callerOf(ctx), 'execute', spec);
         const job = await gateway.jobs.start(spec, actorOf(server, ctx));
         return jobResult(wait ? await waitForJob(gateway, job, ctx) : job);
       } catch (err) {
@@ -137,7 +169,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     }),
     async ({ id }, ctx) => {
       try {
-        gateway.access.check(callerOf(ctx), 'read', 'model', await gateway.jobs.modelOf(id));
+        checkJobAccess(gateway, callerOf(ctx), 'read', await gateway.jobs.targetOf(id));
         return jobResult(await gateway.jobs.get(id));
       } catch (err) {
         return errorResult(err);
@@ -157,7 +189,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     async (_args, ctx) => {
       try {
         const caller = callerOf(ctx);
-        const jobs = (await gateway.jobs.list()).filter((j) => gateway.access.can(caller, 'read', 'model', j.model));
+        const jobs = (await gateway.jobs.list()).filter((j) => jobAllowed(gateway, caller, 'read', j));
         return jsonResult(jobs.length ? jobs.map(jobLine).join('\n') : 'No batch jobs are recorded.', { jobs });
       } catch (err) {
         return errorResult(err);
@@ -177,7 +209,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     }),
     async ({ id }, ctx) => {
       try {
-        gateway.access.check(callerOf(ctx), 'execute', 'model', await gateway.jobs.modelOf(id));
+        checkJobAccess(gateway, callerOf(ctx), 'execute', await gateway.jobs.targetOf(id));
         return jobResult(await gateway.jobs.cancel(id));
       } catch (err) {
         return errorResult(err);
@@ -197,7 +229,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     }),
     async ({ id }, ctx) => {
       try {
-        gateway.access.check(callerOf(ctx), 'execute', 'model', await gateway.jobs.modelOf(id));
+        checkJobAccess(gateway, callerOf(ctx), 'execute', await gateway.jobs.targetOf(id));
         return jobResult(await gateway.jobs.resume(id));
       } catch (err) {
         return errorResult(err);

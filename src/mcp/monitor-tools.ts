@@ -5,7 +5,7 @@ import type { Gateway } from '../gateway.js';
 import { type Diagnosis, diagnoseRequest, diagnoseWindow, type ModelContext } from '../metrics/latency-diagnosis.js';
 import { STAGES } from '../metrics/request-window.js';
 import { type ModelSnapshot, serverSnapshot, type VersionSnapshot } from '../metrics/snapshot.js';
-import { JobOut, jobLine } from './job-tools.js';
+import { JobOut, jobAllowed, jobLine } from './job-tools.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
 import { callerOf, errorResult, jsonResult } from './results.js';
 
@@ -212,7 +212,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
             `gpu ${g.index} ${g.name}: ${Math.round(g.utilization * 100)}% busy, ${mib(g.memory_used_bytes)} of ${mib(g.memory_total_bytes)}`,
           );
         const jobs = snapshot.jobs.filter(
-          (j) => (model === undefined || j.model === model) && gateway.access.can(caller, 'read', 'model', j.model),
+          (j) => (model === undefined || j.model === model) && jobAllowed(gateway, caller, 'read', j),
         );
         lines.push(...jobs.map(jobLine));
         return jsonResult(`last ${snapshot.window_s} s\n${lines.join('\n') || 'No models are registered.'}`, {

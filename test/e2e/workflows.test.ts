@@ -543,6 +543,75 @@ describe('the demo vision pipeline: image files in, a tool of its own', () => {
     assert.deepEqual(objects(await binary.json()), [4]);
   });
 
+  it('runs over many images as a batch job, one workflow run per item, a bad file recorded with its code', async () => {
+    const results = join(vision.workDir, 'vision.jsonl');
+    const items = [files.object, files.empty, files.text, files.small, files.object];
+    const result = await vision.client.callTool({
+      name: 'start_job',
+      arguments: { workflow: 'vision-pipeline', items: { files: items }, results, wait: true },
+    });
+    assert.ok(!result.isError, JSON.stringify(result.content));
+    const job = result.structuredContent as { state: string; workflow?: string; done: number; errors: object };
+    assert.equal(job.state, 'completed');
+    assert.equal(job.workflow, 'vision-pipeline');
+    assert.equal(job.done, items.length);
+    assert.deepEqual(job.errors, { BAD_IMAGE: 1 });
+    const lines = readFileSync(results, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { index: number; item: string; outputs?: Record<string, unknown>; error?: object });
+    assert.deepEqual(
+      lines.map((l) => [l.index, l.item]),
+      items.map((item, i) => [i, item]),
+    );
+    assert.deepEqual(lines[0]?.outputs?.objects, [4], 'the square covers four grid cells');
+    assert.equal((lines[0]?.outputs?.classes as number[] | undefined)?.length, 10, "the fusion model's ten scores");
+    assert.equal(lines[1]?.outputs?.objects, 0);
+    assert.deepEqual(
+      lines[1]?.outputs?.classes,
+      { status: 'no_objects' },
+      'the branch not taken, as run_workflow says',
+    );
+    assert.match(JSON.stringify(lines[2]?.error), /"code":"BAD_IMAGE"/);
+    assert.deepEqual(lines[3]?.outputs?.objects, [4]);
+
+    const refused = async (args: Record<string, unknown>, pattern: RegExp) => {
+      const answer = await vision.client.callTool({
+        name: 'start_job',
+        arguments: { items: { files: items }, results: join(vision.workDir, 'refused.jsonl'), ...args },
+      });
+      assert.equal(answer.isError, true);
+      assert.match((answer.content as { text: string }[])[0]?.text ?? '', pattern);
+    };
+    await refused({ workflow: 'nope' }, /^WORKFLOW_NOT_FOUND: /);
+    await refused({ workflow: 'vision-pipeline', model: 'image-classifier' }, /^BAD_PARAMETER: .*give one of the two/);
+    await refused({ workflow: 'vision-pipeline', version: '1' }, /^BAD_PARAMETER: "version" picks a model's version/);
+
+    // From a shell: `job start NAME --workflow --wait` prints progress on stderr, then the summary.
+    const fromCli = join(vision.workDir, 'vision-cli.jsonl');
+    const { stdout, stderr } = await promisify(execFile)(
+      process.execPath,
+      [
+        join(ROOT, 'bin/tensorgate.js'),
+        'job',
+        'start',
+        'vision-pipeline',
+        '--workflow',
+        '--files',
+        ...items,
+        '--results',
+        fromCli,
+        '--wait',
+        '--url',
+        vision.url as string,
+      ],
+      { cwd: ROOT },
+    );
+    assert.match(stdout, /^job \S+ \(workflow vision-pipeline\): completed, 5\/5 items, 1 failed \(BAD_IMAGE 1\)/);
+    assert.match(stderr, /^job \S+ \(workflow vision-pipeline\): running, 5\/5 items/m, 'the last progress line');
+    assert.equal(readFileSync(fromCli, 'utf8').trim().split('\n').length, items.length);
+  });
+
   it('lists the image input in list_workflows by kind', async () => {
     const listed = await vision.client.callTool({ name: 'list_workflows', arguments: {} });
     const workflows = (listed.structuredContent as { workflows: { name: string; inputs: unknown[] }[] }).workflows;

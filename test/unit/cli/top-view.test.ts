@@ -159,7 +159,7 @@ describe('renderTop', () => {
     assert.match(text, /^image-classifier@2\s+loading\s+cpu\s+0\/0\s+0\s+0\s+-\s+-\s+-\s+-/m);
     assert.match(text, /^RUN\s+STATE\s+STEP\s+RANKS\s+LATEST$/m);
     assert.match(text, /^mnist-mlp\s+running\s+1200\s+2\s+loss 0\.2346, lr 0\.0003$/m);
-    assert.match(text, /^JOB\s+MODEL\s+DONE\s+FAILED\s+ITEMS\/S\s+ETA$/m);
+    assert.match(text, /^JOB\s+RUNS\s+DONE\s+FAILED\s+ITEMS\/S\s+ETA$/m);
     assert.match(text, /^3f2a9c1e\s+digits\s+640\/12000\s+2\s+410\s+28 s$/m);
     assert.ok(!text.includes('GPU'), 'no GPU line or column without GPUs');
   });
