@@ -1,5 +1,7 @@
 import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
-import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { basename, dirname, extname, isAbsolute, join, relative, resolve } from 'node:path';
+import { parse as parseCsv } from 'csv-parse/sync';
+import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema } from 'hyparquet';
 import { tgError } from '../errors.js';
 import { resolveAllowedPath } from '../requests/decode-inputs.js';
 import type { JobItems } from './spec.js';
@@ -11,8 +13,13 @@ export const MAX_ITEMS = 1_000_000;
  * The job's items in the order they run: file paths (sorted, so a listing is the same every
  * time) or texts. Every path is checked against the allowed roots as a single call's would be.
  */
-export function listItems(items: JobItems, roots: string[]): string[] {
+export async function listItems(items: JobItems, roots: string[]): Promise<string[]> {
   let listed: string[];
+  if ('table' in items) {
+    const { real } = resolveAllowedPath('items.table', items.table, roots);
+    // Every row is an item, so that an item's index is its row's: answers join back to the table.
+    return checkCount(await tableColumn(real, items.column), true);
+  }
   if ('files' in items) {
     listed = items.files.map((path, i) => resolveAllowedPath(`items.files[${i}]`, path, roots).real);
   } else if ('lines' in items) {
@@ -27,8 +34,12 @@ export function listItems(items: JobItems, roots: string[]): string[] {
       .filter((path) => match(basename(path)))
       .sort();
   }
+  return checkCount(listed, false);
+}
+
+function checkCount(listed: string[], table: boolean): string[] {
   if (listed.length === 0)
-    throw tgError('BAD_PARAMETER', 'the job has no items: the folder, list or file holds none', {
+    throw tgError('BAD_PARAMETER', `the job has no items: the ${table ? 'table' : 'folder, list or file'} holds none`, {
       parameter: 'items',
     });
   if (listed.length > MAX_ITEMS)
@@ -36,6 +47,75 @@ export function listItems(items: JobItems, roots: string[]): string[] {
       parameter: 'items',
     });
   return listed;
+}
+
+/**
+ * One column of a table as strings, a row each: JSONL (one object per line), CSV (its first row
+ * names the columns) or Parquet. A value that is not a string is written out (numbers) or left
+ * empty (null, missing), for the model to refuse as that item's error.
+ */
+async function tableColumn(path: string, column: string): Promise<string[]> {
+  const format = extname(path).toLowerCase();
+  const cell = (value: unknown) =>
+    value === null || value === undefined ? '' : typeof value === 'string' ? value : String(value);
+  const missing = (columns: string[]) =>
+    tgError(
+      'BAD_PARAMETER',
+      `items.column: ${path} has no column "${column}"; it has ${columns.slice(0, 20).join(', ') || 'none'}`,
+      { parameter: 'items.column' },
+    );
+  const unreadable = (err: unknown) =>
+    tgError(
+      'BAD_PARAMETER',
+      `items.table: ${path} is not a readable ${format.slice(1)} file: ${(err as Error).message}`,
+      {
+        parameter: 'items.table',
+      },
+    );
+  if (format === '.jsonl' || format === '.ndjson') {
+    const rows = readFileSync(path, 'utf8')
+      .split(/\r?\n/)
+      .filter((line) => line.trim() !== '')
+      .map((line, i) => {
+        try {
+          return JSON.parse(line) as unknown;
+        } catch (err) {
+          throw unreadable(new Error(`line ${i + 1}: ${(err as Error).message}`));
+        }
+      });
+    if (rows.length > 0 && !rows.some((r) => typeof r === 'object' && r !== null && column in r))
+      throw missing(Object.keys((rows[0] ?? {}) as object));
+    return rows.map((r) => cell(typeof r === 'object' && r !== null ? (r as Record<string, unknown>)[column] : null));
+  }
+  if (format === '.csv') {
+    let rows: Record<string, string>[];
+    try {
+      rows = parseCsv(readFileSync(path), {
+        columns: true,
+        skip_empty_lines: true,
+        bom: true,
+        relax_column_count: true,
+      });
+    } catch (err) {
+      throw unreadable(err);
+    }
+    if (rows.length > 0 && !(column in (rows[0] as object))) throw missing(Object.keys(rows[0] as object));
+    return rows.map((r) => cell(r[column]));
+  }
+  if (format === '.parquet') {
+    let rows: Record<string, unknown>[];
+    try {
+      const file = await asyncBufferFromFile(path);
+      const metadata = await parquetMetadataAsync(file);
+      const columns = parquetSchema(metadata).children.map((c) => c.element.name);
+      if (!columns.includes(column)) throw missing(columns);
+      rows = await parquetReadObjects({ file, metadata, columns: [column] });
+    } catch (err) {
+      throw (err as { code?: string }).code === 'BAD_PARAMETER' ? err : unreadable(err);
+    }
+    return rows.map((r) => cell(r[column]));
+  }
+  throw tgError('BAD_PARAMETER', `items.table: ${path} is not .jsonl, .csv or .parquet`, { parameter: 'items.table' });
 }
 
 function allowedFolder(folder: string, roots: string[]): string {

@@ -138,7 +138,7 @@ export class JobManager {
     const spec = parsed.data;
     this.target(spec);
     const results = checkResultsPath(spec.results, this.host.allowedRoots, spec.overwrite);
-    const items = listItems(spec.items, this.host.allowedRoots);
+    const items = await listItems(spec.items, this.host.allowedRoots);
     const now = new Date().toISOString();
     const record = {
       id: randomUUID(),

@@ -1,8 +1,9 @@
 import { z } from 'zod';
 
 /**
- * A batch job: one model with processing run over many items (image or WAV files in a folder or a
- * list, or the lines of a text file), its answers written to a results file as it goes. The
+ * A batch job: one model with processing (or a workflow) run over many items (image or WAV files
+ * in a folder or a list, the lines of a text file, or a column of a JSONL, CSV or Parquet table),
+ * its answers written to a results file as it goes. The
  * request an agent sends with start_job; docs/jobs.md is its prose form.
  */
 
@@ -31,7 +32,16 @@ const TextItems = z
   })
   .strict();
 
-export const JobItemsSchema = z.union([FolderItems, FileItems, TextItems]);
+const TableItems = z
+  .object({
+    /** A .jsonl, .csv (with a header row) or .parquet file under the allowed roots. */
+    table: z.string().min(1),
+    /** The field (JSONL) or column (CSV, Parquet) whose values are the items: texts, or file paths. */
+    column: z.string().min(1),
+  })
+  .strict();
+
+export const JobItemsSchema = z.union([FolderItems, FileItems, TextItems, TableItems]);
 export type JobItems = z.infer<typeof JobItemsSchema>;
 
 export const JobSpecSchema = z
@@ -51,7 +61,7 @@ export const JobSpecSchema = z
     /** The processed input the items go to; the only one when absent. */
     input: z.string().optional().describe("the model's or workflow's input the items go to; its only one when omitted"),
     items: JobItemsSchema.describe(
-      '{"folder": "/data/inbox", "pattern": "*.jpg", "recursive": false}, {"files": ["/data/a.png", ...]} or {"lines": "/data/texts.txt"} (one text per line)',
+      '{"folder": "/data/inbox", "pattern": "*.jpg", "recursive": false}, {"files": ["/data/a.png", ...]}, {"lines": "/data/texts.txt"} (one text per line) or {"table": "/data/docs.parquet", "column": "text"} (a JSONL, CSV or Parquet column of texts or file paths; every row an item)',
     ),
     results: z
       .string()

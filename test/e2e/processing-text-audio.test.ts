@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
+import { parquetWriteFile } from 'hyparquet-writer';
 import { decodeNpy } from '../../src/tensor/npy.js';
 import { toNumbers } from '../../src/tensor/tensor.js';
 import { type Connected, connect } from '../helpers/mcp.js';
@@ -117,6 +118,44 @@ describe('text and WAV inputs through MCP (intents and dtmf demo models)', () =>
       assert.equal(p.length, 3, 'the default top_k');
     });
     assert.ok((listed.timings.preprocess_ms ?? -1) >= 0);
+  });
+
+  it('runs over a Parquet column of sentences as a batch job: each row answered at its index', async () => {
+    const table = join(server.workDir, 'sentences.parquet');
+    const rows = [...sentences.map((s) => s.text), null];
+    parquetWriteFile({
+      filename: table,
+      columnData: [
+        { name: 'id', data: rows.map((_, i) => i), type: 'INT32' },
+        { name: 'text', data: rows, type: 'STRING', nullable: true },
+      ],
+    });
+    const results = join(server.workDir, 'intents.jsonl');
+    const result = (await server.client.callTool({
+      name: 'start_job',
+      arguments: { model: 'intents', items: { table, column: 'text' }, results, wait: true },
+    })) as ToolResult & { structuredContent?: { state: string; done: number; errors: Record<string, number> } };
+    assert.notEqual(result.isError, true, result.content[0]?.text);
+    assert.equal(result.structuredContent?.state, 'completed');
+    assert.equal(result.structuredContent?.done, rows.length);
+    const lines = readFileSync(results, 'utf8')
+      .trim()
+      .split('\n')
+      .map(
+        (l) =>
+          JSON.parse(l) as { index: number; item: string; predictions?: { label: string }[]; error?: { code: string } },
+      );
+    assert.deepEqual(
+      lines.map((l) => l.index),
+      rows.map((_, i) => i),
+    );
+    const right = sentences.filter(
+      (s, i) => lines[i]?.item === s.text && lines[i]?.predictions?.[0]?.label === s.intent,
+    );
+    assert.ok(right.length >= 0.95 * sentences.length, `${right.length} of ${sentences.length} intents right`);
+    // A null cell is an empty text, which the model answers like any other.
+    assert.equal(lines.at(-1)?.item, '');
+    assert.ok(lines.at(-1)?.predictions?.length);
   });
 
   it('reads the key of WAV recordings at other rates, in stereo, at 8, 16, 24 and 32 bits', async () => {
