@@ -1,11 +1,11 @@
 import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { AuthInfo, CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
+import type { CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway } from '../gateway.js';
+import { checkJobAccess, jobAllowed } from '../jobs/access.js';
 import type { JobInfo } from '../jobs/job-manager.js';
 import { JobSpecSchema } from '../jobs/spec.js';
-import { checkWorkflowAccess } from '../workflows/run-workflow.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
 import { actorOf, callerOf, errorResult, jsonResult } from './results.js';
 
@@ -54,35 +54,6 @@ export function jobLine(job: JobInfo): string {
   const error = job.error ? `: ${job.error}` : '';
   const runs = job.model ?? `workflow ${job.workflow}`;
   return `job ${job.id} (${runs}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
-}
-
-/**
- * A job is read (get_job, list_jobs) by callers who may read its model or workflow, and started,
- * cancelled or resumed by those who may run it: a workflow's models too, as run_workflow checks.
- */
-export function jobAllowed(
-  gateway: Gateway,
-  caller: AuthInfo | undefined,
-  action: 'read' | 'execute',
-  job: { model?: string; workflow?: string },
-): boolean {
-  try {
-    checkJobAccess(gateway, caller, action, job);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function checkJobAccess(
-  gateway: Gateway,
-  caller: AuthInfo | undefined,
-  action: 'read' | 'execute',
-  job: { model?: string; workflow?: string },
-): void {
-  if (job.model !== undefined) gateway.access.check(caller, action, 'model', job.model);
-  else if (action === 'execute') checkWorkflowAccess(gateway, caller, job.workflow as string);
-  else gateway.access.check(caller, 'read', 'workflow', job.workflow as string);
 }
 
 /** The job's summary, with a link to its results file for clients that open files. */

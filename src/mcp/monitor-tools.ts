@@ -2,10 +2,11 @@ import type { McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
+import { jobAllowed } from '../jobs/access.js';
 import { type Diagnosis, diagnoseRequest, diagnoseWindow, type ModelContext } from '../metrics/latency-diagnosis.js';
 import { STAGES } from '../metrics/request-window.js';
 import { type ModelSnapshot, serverSnapshot, type VersionSnapshot } from '../metrics/snapshot.js';
-import { JobOut, jobAllowed, jobLine } from './job-tools.js';
+import { JobOut, jobLine } from './job-tools.js';
 import { schemaSharingRegistrar } from './output-schemas.js';
 import { callerOf, errorResult, jsonResult } from './results.js';
 

@@ -2,6 +2,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HTTPVersion, Instance } from 'find-my-way';
 import { asTensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
+import { checkJobAccess, jobAllowed } from '../jobs/access.js';
+import { JobSpecSchema } from '../jobs/spec.js';
 import type { ObjectKind, Permission } from '../security/rbac.js';
 import { checkWorkflowAccess } from '../workflows/run-workflow.js';
 import { encodeInferResponse, HEADER_LENGTH, type OipInferRequest, parseInferRequest } from './infer-codec.js';
@@ -314,6 +316,31 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       if (action === 'load') await gateway.loadFromRepository(model as string, actor);
       else await gateway.unloadModel(model as string, undefined, actor);
       send(res, 200);
+    });
+  }
+  // Batch jobs: a tensorgate extension beside the protocol's routes, the MCP job tools over plain
+  // HTTP for callers that do not speak MCP (docs/jobs.md).
+  const actorOf = (req: IncomingMessage) => req.auth?.clientId ?? `remote:${req.socket.remoteAddress}`;
+  on('POST', '/v2/jobs', async (req, res) => {
+    const raw = parseJson(await readBody(req, 16 * 1024 * 1024));
+    // A request that is not a job is refused by start() with what is wrong with it.
+    const spec = JobSpecSchema.safeParse(raw);
+    if (spec.success) checkJobAccess(gateway, req.auth, 'execute', spec.data);
+    send(res, 201, await gateway.jobs.start(raw, actorOf(req)));
+  });
+  on('GET', '/v2/jobs', async (req, res) => {
+    const jobs = await gateway.jobs.list();
+    send(res, 200, { jobs: jobs.filter((j) => jobAllowed(gateway, req.auth, 'read', j)) });
+  });
+  on('GET', '/v2/jobs/:id', async (req, res, { id }) => {
+    checkJobAccess(gateway, req.auth, 'read', await gateway.jobs.targetOf(id as string));
+    send(res, 200, await gateway.jobs.get(id as string));
+  });
+  for (const action of ['cancel', 'resume'] as const) {
+    on('POST', `/v2/jobs/:id/${action}`, async (req, res, { id }) => {
+      await readBody(req, 64 * 1024);
+      checkJobAccess(gateway, req.auth, 'execute', await gateway.jobs.targetOf(id as string));
+      send(res, 200, await gateway.jobs[action](id as string));
     });
   }
   return () => regions.close();

@@ -229,6 +229,46 @@ describe('batch jobs over MCP', () => {
     assert.notEqual(answer.isError, true, answer.text);
   });
 
+  it('is run over plain HTTP too: POST /v2/jobs, GET /v2/jobs/ID, cancel, with codes on bad input', async () => {
+    const base = (server.url as string).replace(/\/mcp$/, '');
+    const results = join(server.workDir, 'http.jsonl');
+    const files = Array.from({ length: 20 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const post = (path: string, body: unknown) =>
+      fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    const created = await post('/v2/jobs', { model: 'digits', items: { files }, results, batch: 4 });
+    assert.equal(created.status, 201, await created.clone().text());
+    const { id } = (await created.json()) as Job;
+    for (;;) {
+      const current = (await (await fetch(`${base}/v2/jobs/${id}`)).json()) as Job;
+      if (current.done > 0) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const cancelled = await post(`/v2/jobs/${id}/cancel`, {});
+    assert.equal(cancelled.status, 200);
+    const stopped = (await cancelled.json()) as Job;
+    assert.equal(stopped.state, 'cancelled');
+    assertEachOnce(lines(results), stopped.done);
+    const listed = (await (await fetch(`${base}/v2/jobs`)).json()) as { jobs: Job[] };
+    assert.equal(listed.jobs.find((j) => j.id === id)?.state, 'cancelled');
+
+    const unknown = await fetch(`${base}/v2/jobs/nope`);
+    assert.equal(unknown.status, 404);
+    assert.match(((await unknown.json()) as { error: string }).error, /^JOB_NOT_FOUND: /);
+    const exists = await post('/v2/jobs', { model: 'digits', items: { files }, results });
+    assert.equal(exists.status, 409);
+    assert.match(((await exists.json()) as { error: string }).error, /^RESULTS_EXIST: /);
+    const invalid = await post('/v2/jobs', { model: 'digits', results, wait: true });
+    assert.equal(invalid.status, 400);
+    assert.match(((await invalid.json()) as { error: string }).error, /^BAD_PARAMETER: the job is not valid: /);
+    const notPaused = await post(`/v2/jobs/${id}/resume`, {});
+    assert.equal(notPaused.status, 409);
+    assert.match(((await notPaused.json()) as { error: string }).error, /^JOB_NOT_PAUSED: job \S+ is cancelled/);
+  });
+
   it('waits when asked, sending progress notifications, and links the results file', async () => {
     const results = join(server.workDir, 'waited.jsonl');
     const files = Array.from({ length: 8 }, () => pngs.map((p) => join(inbox, p))).flat();
