@@ -58,6 +58,8 @@ export interface JobInfo {
   items_per_second?: number;
   /** Seconds left at that pace. */
   eta_s?: number;
+  /** Items sent to the model and not yet answered (while it runs in this process). */
+  in_flight?: number;
   error?: string;
   created_at: string;
   created_by: string | null;
@@ -113,6 +115,8 @@ interface Running {
   abort: AbortController;
   /** Why it stopped, when it did not run to the end. */
   stopping?: 'cancel' | 'shutdown' | { failed: string } | { paused: TensorgateError };
+  /** Items sent and not yet answered: one while the job gives way to interactive calls. */
+  inFlightItems: number;
   /** Told after every commit: start_job's waiting form sends them on as progress. */
   listeners: Set<(job: JobInfo) => void>;
   startedAt: number;
@@ -330,6 +334,7 @@ export class JobManager {
       startedAt: performance.now(),
       doneAtStart: record.progress.done,
       finished: Promise.resolve(),
+      inFlightItems: 0,
       listeners: new Set(),
     };
     this.running.set(record.id, job);
@@ -446,11 +451,13 @@ export class JobManager {
           const items = record.items.slice(start, start + (yielding ? 1 : batch));
           cursor += items.length;
           inFlight++;
+          job.inFlightItems += items.length;
           let lines: Line[];
           try {
             lines = await this.runChunk(job, target, start, items);
           } finally {
             inFlight--;
+            job.inFlightItems -= items.length;
           }
           if (job.abort.signal.aborted) return; // withdrawn: not committed
           ready.set(start, lines);
@@ -511,7 +518,7 @@ export class JobManager {
   }
 
   private live(job: Running): JobInfo {
-    const info = this.info(job.record);
+    const info = { ...this.info(job.record), in_flight: job.inFlightItems };
     const seconds = (performance.now() - job.startedAt) / 1000;
     const done = job.record.progress.done - job.doneAtStart;
     if (seconds > 0 && done > 0) {

@@ -34,6 +34,11 @@ export const JobOut = z.object({
   errors: z.record(z.string(), z.number()).describe('failed items by error code'),
   items_per_second: z.number().optional(),
   eta_s: z.number().optional().describe('seconds left at the current pace'),
+  in_flight: z
+    .number()
+    .int()
+    .optional()
+    .describe('items sent to the model and not yet answered; one while the job gives way to interactive calls'),
   error: z
     .string()
     .optional()

@@ -37,6 +37,7 @@ interface Job {
   errors: Record<string, number>;
   results: string;
   error?: string;
+  in_flight?: number;
 }
 
 interface Line {
@@ -227,6 +228,32 @@ describe('batch jobs over MCP', () => {
     // The model serves interactive calls on.
     const answer = await call(server.client, 'digits', { image: join(inbox, pngs[1] as string) });
     assert.notEqual(answer.isError, true, answer.text);
+  });
+
+  it('gives way to interactive calls: while they come, the job has one item in flight at a time', async () => {
+    const results = join(server.workDir, 'shared.jsonl');
+    const files = Array.from({ length: 60 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 8 });
+    const alone = await until(server.client, started.id, (j) => j.done >= 16);
+    assert.ok((alone.in_flight ?? 0) > 1, `alone it keeps full requests in flight (${alone.in_flight})`);
+    // Right after each interactive call, how many of the job's items are in flight: a count, not
+    // a timing. The first call may still find full requests sent before it came; after that the
+    // job sends one item at a time, so a call waits behind at most that one.
+    const inFlight: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const answer = await call(server.client, 'digits', { image: join(inbox, pngs[i % pngs.length] as string) });
+      assert.notEqual(answer.isError, true, answer.text);
+      const current = await job(server.client, 'get_job', { id: started.id });
+      if (current.state !== 'running') break;
+      inFlight.push(current.in_flight ?? -1);
+    }
+    await job(server.client, 'cancel_job', { id: started.id });
+    assert.ok(inFlight.length >= 6, `the job ran on through ${inFlight.length} calls`);
+    assert.ok(
+      inFlight.slice(2).every((n) => n <= 1),
+      `items of the job in flight after each interactive call: ${inFlight.join(', ')}`,
+    );
+    assertEachOnce(lines(results), (await job(server.client, 'get_job', { id: started.id })).done);
   });
 
   it('is run over plain HTTP too: POST /v2/jobs, GET /v2/jobs/ID, cancel, with codes on bad input', async () => {
