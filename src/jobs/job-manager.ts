@@ -85,6 +85,8 @@ const ITEM_ERRORS = new Set([
 
 /** A model called by anything but a job within this many ms has interactive traffic. */
 const INTERACTIVE_MS = 1000;
+/** The longest a job's request should keep a model busy when the job does not say. */
+const DEFAULT_PASS_MS = 100;
 /** How often a job stepping back for interactive calls looks whether it may send the next item. */
 const YIELD_POLL_MS = 2;
 
@@ -117,6 +119,8 @@ interface Running {
   stopping?: 'cancel' | 'shutdown' | { failed: string } | { paused: TensorgateError };
   /** Items sent and not yet answered: one while the job gives way to interactive calls. */
   inFlightItems: number;
+  /** Items in its next request: as many as fit in `max_pass_ms` at the model's pace (resize()). */
+  requestSize: number;
   /** Told after every commit: start_job's waiting form sends them on as progress. */
   listeners: Set<(job: JobInfo) => void>;
   startedAt: number;
@@ -335,6 +339,7 @@ export class JobManager {
       doneAtStart: record.progress.done,
       finished: Promise.resolve(),
       inFlightItems: 0,
+      requestSize: 1,
       listeners: new Set(),
     };
     this.running.set(record.id, job);
@@ -448,7 +453,7 @@ export class JobManager {
             continue;
           }
           const start = cursor;
-          const items = record.items.slice(start, start + (yielding ? 1 : batch));
+          const items = record.items.slice(start, start + (yielding ? 1 : Math.min(batch, job.requestSize)));
           cursor += items.length;
           inFlight++;
           job.inFlightItems += items.length;
@@ -501,6 +506,7 @@ export class JobManager {
           { model: target.name, ...(job.spec.version ? { version: job.spec.version } : {}), inputs },
           options,
         );
+        this.resize(job, result);
         return items.map((_, k) => answerOf(result, k));
       } catch (err) {
         const error = asTensorgateError(err);
@@ -515,6 +521,21 @@ export class JobManager {
         await new Promise((resolve) => setTimeout(resolve, pause));
       }
     }
+  }
+
+  /**
+   * Sizes the job's next request by the pass that answered this one: as many items as the model
+   * gets through in `max_pass_ms` at that pace, so an interactive call arriving at any moment
+   * waits at most about that long for the pass in progress. At most twice the last size (a job
+   * starts at one item and finds its size in a few requests), never over its batch. A fast model
+   * on a GPU runs full batches; a slow one on a CPU, where a batch saves little, small ones.
+   */
+  private resize(job: Running, result: InferenceResult): void {
+    const t = result.timings;
+    const passMs = (t.preprocess_ms ?? 0) + t.transfer_ms + t.compute_ms + (t.postprocess_ms ?? 0);
+    const perRow = Math.max(passMs, 0.001) / Math.max(1, result.batch_size);
+    const fit = Math.max(1, Math.floor((job.spec.max_pass_ms ?? DEFAULT_PASS_MS) / perRow));
+    job.requestSize = Math.min(fit, job.requestSize * 2);
   }
 
   private live(job: Running): JobInfo {

@@ -78,6 +78,18 @@ export const JobSpecSchema = z
       .describe(
         "items per request (the model's batch size by default); for a workflow, how many one-item runs go at once (8 by default)",
       ),
+    /**
+     * The longest one of its requests should keep the model busy, which is how long an interactive
+     * call may wait for it: requests are sized by the model's pace to fit (at most `batch`).
+     */
+    max_pass_ms: z
+      .number()
+      .min(1)
+      .max(600_000)
+      .optional()
+      .describe(
+        "how long one of the job's requests may keep the model busy, the wait it may add to an interactive call (100 ms by default); requests are sized to fit",
+      ),
     /** Stop the job once more items than this have failed; it runs to the end when absent. */
     max_failures: z
       .number()
