@@ -12,7 +12,10 @@
  * - job: `start_job` over the folder, alone, from its start to `completed` as `get_job` reports it
  *   (items/s; the results file is checked to hold every item once);
  * - interactive: the model's tool on one photo, closed loop at concurrency 1, without a job and
- *   then while a second job runs (p50, p99; their ratio is the bound the job keeps).
+ *   then while a second job runs (p50, p99; their ratio is the bound the job keeps);
+ * - sporadic: `--sporadic` single calls 1.5 s apart while that job runs, as an agent calls now and
+ *   then: each finds the job at its full request size (it steps back only for a second after a
+ *   call), so each may wait for one of its passes (max_pass_ms, 100 ms by default).
  * Results go to bench/results/jobs-<time>.json; bench/report.ts renders docs/benchmarks.md.
  */
 import { execFileSync } from 'node:child_process';
@@ -25,7 +28,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
-import { round } from '../mcp-overhead/stats.js';
+import { distribution, round } from '../mcp-overhead/stats.js';
 import { closedLoop, startTensorgate, stopProcess, toolCall, waitHealthy } from '../peers/harness.js';
 import { MODEL, makeModel } from '../processing/model.js';
 import type { JobsFile } from './render.js';
@@ -36,6 +39,7 @@ const { values: opts } = parseArgs({
   options: {
     images: { type: 'string', default: '2000' },
     seconds: { type: 'string', default: '8' },
+    sporadic: { type: 'string', default: '10' },
     out: { type: 'string' },
   },
 });
@@ -111,11 +115,20 @@ async function main(): Promise<void> {
     const second = await start('job-with-calls');
     await wait(second.id, (j) => j.done > 0);
     const during = await interactive();
+    const sporadicMs: number[] = [];
+    for (let i = 0; i < Number(opts.sporadic); i++) {
+      await new Promise((r) => setTimeout(r, 1500));
+      const t = performance.now();
+      await toolCall(client, MODEL, { image: files[i % files.length] })();
+      sporadicMs.push(performance.now() - t);
+    }
+    const sporadic = distribution(sporadicMs);
     const atEnd = await call<Job>('get_job', { id: second.id });
     if (atEnd.state !== 'running')
       throw new Error(`the second job ended (${atEnd.state}) before the interactive calls did; use more --images`);
     await call<Job>('cancel_job', { id: second.id });
     console.log(`interactive during a job: p50 ${during.latency.p50} ms, p99 ${during.latency.p99} ms`);
+    console.log(`sporadic calls during a job: p50 ${sporadic.p50} ms, max ${sporadic.max} ms`);
 
     const result: JobsFile = {
       benchmark: 'jobs',
@@ -128,6 +141,7 @@ async function main(): Promise<void> {
         alone: alone.latency,
         during_job: during.latency,
         p99_ratio: round(during.latency.p99 / alone.latency.p99, 2),
+        sporadic_during_job: sporadic,
       },
     };
     const out = opts.out ?? join(ROOT, 'bench', 'results', `jobs-${result.date.slice(0, 19).replace(/:/g, '-')}.json`);
