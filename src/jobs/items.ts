@@ -183,13 +183,13 @@ function globMatcher(pattern: string): (name: string) => boolean {
 }
 
 /**
- * Where results may be written: an absolute .jsonl path whose folder exists under the allowed
+ * Where results may be written: an absolute .jsonl or .csv path whose folder exists under the allowed
  * roots; an existing file only when `overwrite`, and a link only when what it leads to is under
  * the roots too. Answers the path with its folder resolved.
  */
 export function checkResultsPath(path: string, roots: string[], overwrite: boolean): string {
-  if (!isAbsolute(path) || !path.endsWith('.jsonl'))
-    throw tgError('BAD_PARAMETER', `results: "${path}" must be an absolute path ending in .jsonl`, {
+  if (!isAbsolute(path) || !/\.(jsonl|csv)$/i.test(path))
+    throw tgError('BAD_PARAMETER', `results: "${path}" must be an absolute path ending in .jsonl or .csv`, {
       parameter: 'results',
     });
   const folder = dirname(path);

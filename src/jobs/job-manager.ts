@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions } from '../gateway.js';
 import type { ModelConfig } from '../registry/model-config.js';
@@ -9,6 +9,7 @@ import { roundSignificant } from '../tensor/number-format.js';
 import { numberReader, type Tensor } from '../tensor/tensor.js';
 import type { WorkflowOutputValue } from '../workflows/executor.js';
 import { checkResultsPath, listItems, resultsTarget } from './items.js';
+import { type Line, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 
 /**
@@ -158,7 +159,7 @@ export class JobManager {
         done: 0,
         failed: 0,
         errors: {},
-        results_bytes: 0,
+        results_bytes: Buffer.byteLength(resultsFormat(results).header),
       },
       error: null,
       createdAt: now,
@@ -166,7 +167,11 @@ export class JobManager {
       updatedAt: now,
     };
     // Created (emptied when overwriting) before the job is recorded: a resume finds it there.
-    closeSync(openSync(results, 'w'));
+    try {
+      writeFileSync(results, resultsFormat(results).header);
+    } catch (err) {
+      throw diskError(err, results, 'start');
+    }
     await this.host.store.createJob(record);
     this.launch(record, { ...spec, results });
     return this.info(record);
@@ -400,6 +405,7 @@ export class JobManager {
   private async run(job: Running): Promise<void> {
     const { spec, record } = job;
     const target = this.target(spec);
+    const format = resultsFormat(spec.results);
     const { batch, lanes } = target;
     const progress = record.progress;
     const total = record.items.length;
@@ -417,13 +423,13 @@ export class JobManager {
         while (ready.has(progress.done)) {
           const lines = ready.get(progress.done) as Line[];
           ready.delete(progress.done);
-          const text = Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+          const text = Buffer.from(lines.map(format.line).join(''));
           try {
             writeAll(fd, text, progress.results_bytes);
             fsyncSync(fd);
           } catch (err) {
             // Nothing of this request counts as done: a resume cuts what did get written.
-            const error = diskError(err, spec.results);
+            const error = diskError(err, spec.results, 'commit');
             if (error.code === 'DISK_FULL') job.stopping ??= { paused: error };
             job.abort.abort();
             throw error;
@@ -573,14 +579,6 @@ export class JobManager {
   }
 }
 
-/** One item's line in the results file. */
-interface Line {
-  index: number;
-  item: string;
-  error?: { code: string; message: string };
-  [answer: string]: unknown;
-}
-
 /** Writes all of `data` at `position`: a write may take less than it was given. */
 function writeAll(fd: number, data: Buffer, position: number): void {
   let written = 0;
@@ -589,12 +587,14 @@ function writeAll(fd: number, data: Buffer, position: number): void {
 }
 
 /** ENOSPC, EDQUOT and EFBIG (the file at its size limit) as DISK_FULL; any other write error as it is. */
-function diskError(err: unknown, path: string): TensorgateError {
+function diskError(err: unknown, path: string, when: 'start' | 'commit'): TensorgateError {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOSPC' || code === 'EDQUOT' || code === 'EFBIG')
     return tgError(
       'DISK_FULL',
-      `the results file ${path} cannot grow (${code}): the job is paused at its last commit; free space, then resume_job`,
+      when === 'start'
+        ? `the results file ${path} cannot be written (${code}): free space, then start the job again`
+        : `the results file ${path} cannot grow (${code}): the job is paused at its last commit; free space, then resume_job`,
       { path },
     );
   return asTensorgateError(err);

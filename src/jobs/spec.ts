@@ -66,7 +66,9 @@ export const JobSpecSchema = z
     results: z
       .string()
       .min(1)
-      .describe('where to write the answers: an absolute .jsonl path under the allowed roots, one line per item'),
+      .describe(
+        'where to write the answers, one line per item: an absolute path under the allowed roots ending in .jsonl (each answer whole) or .csv (top label, score, text, error, and the answer as JSON)',
+      ),
     overwrite: z.boolean().default(false).describe('replace a results file that exists (refused otherwise)'),
     /** Items per request (a model's max_batch_size when absent); for a workflow, runs at once (8). */
     batch: z

@@ -27,7 +27,7 @@ export const JobOut = z.object({
   state: z.enum(['running', 'paused', 'completed', 'failed', 'cancelled']),
   results: z
     .string()
-    .describe('the JSONL file the answers go to, one line per item: {"index", "item", answer or "error"}'),
+    .describe('the JSONL (or CSV) file the answers go to, one line per item: {"index", "item", answer or "error"}'),
   items: z.number().int(),
   done: z.number().int().describe('items whose line is written, failed ones included'),
   failed: z.number().int(),
@@ -68,7 +68,7 @@ function jobResult(job: JobInfo): CallToolResult {
     type: 'resource_link',
     uri: pathToFileURL(job.results).href,
     name: basename(job.results),
-    mimeType: 'application/jsonl',
+    mimeType: job.results.toLowerCase().endsWith('.csv') ? 'text/csv' : 'application/jsonl',
     description: `the answers of job ${job.id}, one JSON line per item in item order`,
   });
   return result;

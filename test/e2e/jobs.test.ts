@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { parse as parseCsv } from 'csv-parse/sync';
 import { type Connected, connect, waitForUrl } from '../helpers/mcp.js';
 import { ensureDigitsModels, ROOT } from '../helpers/models.js';
 
@@ -148,6 +149,31 @@ describe('batch jobs over MCP', () => {
     );
   });
 
+  it('writes CSV when the results file ends in .csv: top label, score, error, the answer as JSON', async () => {
+    const results = join(server.workDir, 'digits.csv');
+    const files = [...pngs.slice(0, 3).map((p) => join(inbox, p)), join(inbox, 'digit-broken.png')];
+    const finished = await job(server.client, 'start_job', {
+      model: 'digits',
+      items: { files },
+      results,
+      wait: true,
+    });
+    assert.equal(finished.state, 'completed');
+    const rows = parseCsv(readFileSync(results), { columns: true }) as Record<string, string>[];
+    assert.deepEqual(
+      rows.map((r) => [r.index, r.item]),
+      files.map((f, i) => [String(i), f]),
+    );
+    for (const [i, png] of pngs.slice(0, 3).entries()) {
+      assert.equal(rows[i]?.label, String(labels[png]), png);
+      assert.ok(Number(rows[i]?.score) > 0.5);
+      const answer = JSON.parse(rows[i]?.answer ?? '') as { predictions: { label: string }[] };
+      assert.equal(answer.predictions[0]?.label, rows[i]?.label);
+    }
+    assert.equal(rows[3]?.error, 'BAD_IMAGE');
+    assert.match(rows[3]?.error_message ?? '', /corrupt|truncated/);
+  });
+
   it('is started, watched and listed from the CLI against the running server', async () => {
     const results = join(server.workDir, 'cli.jsonl');
     const cli = (...args: string[]) =>
@@ -188,7 +214,7 @@ describe('batch jobs over MCP', () => {
     await refused(
       { items: { folder: inbox }, results: 'relative.jsonl' },
       'BAD_PARAMETER',
-      /absolute path ending in \.jsonl/,
+      /absolute path ending in \.jsonl or \.csv/,
     );
     await refused({ model: 'nope', items: { folder: inbox } }, 'MODEL_NOT_FOUND', /nope/);
     assert.equal(readFileSync(results, 'utf8'), 'already here\n', 'a refused job writes nothing');
@@ -334,6 +360,16 @@ describe('batch jobs over MCP', () => {
     assert.equal(paused.state, 'paused');
     assert.match(paused.error ?? '', /^DISK_FULL: the results file .* cannot grow \(ENOSPC\)/);
     assert.equal(paused.done, 0, 'nothing the disk refused is counted as done');
+    // A CSV file starts with its header: on a full disk the job is refused before it starts.
+    const fullCsv = join(server.workDir, 'full.csv');
+    symlinkSync('/dev/full', fullCsv);
+    const csv = await call(server.client, 'start_job', {
+      model: 'digits',
+      items: { files },
+      results: fullCsv,
+      overwrite: true,
+    });
+    assert.match(csv.text, /^DISK_FULL: the results file .* cannot be written \(ENOSPC\)/);
     const refused = await call(server.client, 'resume_job', { id: 'nope' });
     assert.match(refused.text, /^JOB_NOT_FOUND: /);
 
