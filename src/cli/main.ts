@@ -217,7 +217,7 @@ const job = program
   );
 job
   .command('start')
-  .description('start a job and print its id; the answers go to RESULTS, one JSON line per item')
+  .description('start a job and print its id; the answers go to RESULTS, one line per item (JSONL or CSV)')
   .argument('<name>', 'a model with processing (or, with --workflow, a workflow taking files)')
   .option('--workflow', 'NAME is a workflow, run once per item')
   .requiredOption('--results <file>', 'the .jsonl or .csv file to write (absolute, under an allowed root)')

@@ -69,7 +69,7 @@ function jobResult(job: JobInfo): CallToolResult {
     uri: pathToFileURL(job.results).href,
     name: basename(job.results),
     mimeType: job.results.toLowerCase().endsWith('.csv') ? 'text/csv' : 'application/jsonl',
-    description: `the answers of job ${job.id}, one JSON line per item in item order`,
+    description: `the answers of job ${job.id}, one line per item in item order`,
   });
   return result;
 }
@@ -118,7 +118,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     () => ({
       title: 'Start a batch job',
       description:
-        'Runs a model (or a workflow) that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, or each line of a text file. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
+        'Runs a model (or a workflow) that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, each line of a text file, or a column of a JSONL, CSV or Parquet table. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL or CSV results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
       inputSchema: StartJobArgs,
       outputSchema: JobOut,
       annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: false },
