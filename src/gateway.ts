@@ -241,6 +241,7 @@ export class Gateway {
     this.training = new TrainingControl({ runsDir: config.runsDir, audit: this.audit, log });
     this.jobs = new JobManager({
       infer: (request, options) => this.infer(request, options),
+      inferTensors: (request, options) => this.inferTensors(request, options),
       modelConfig: (name) => this.modelConfig(name),
       workflowPlan: (name) => {
         const plan = this.workflows.plan(name);

@@ -228,6 +228,7 @@ job
   .option('--files <file...>', 'these files are the items')
   .option('--table <file>', 'a .jsonl, .csv or .parquet file: the values of --column are the items, a row each')
   .option('--column <name>', 'with --table: the field or column holding the texts or file paths')
+  .option('--rows <file>', 'a .npy file: each row is an item (a model that takes tensors)')
   .option('--version <v>', 'version (default: the model default)')
   .option('--batch <n>', 'items per request (default: the model batch size)', positiveInt)
   .option('--max-failures <n>', 'stop once more items than this have failed', Number)
@@ -235,8 +236,9 @@ job
   .option('--wait', 'print progress to stderr and the summary once the job stops, rather than at once')
   .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
   .action((name: string, opts) => {
-    const sources = [opts.folder, opts.lines, opts.files, opts.table].filter((x) => x !== undefined);
-    if (sources.length !== 1) program.error('give the items with exactly one of --folder, --lines, --files or --table');
+    const sources = [opts.folder, opts.lines, opts.files, opts.table, opts.rows].filter((x) => x !== undefined);
+    if (sources.length !== 1)
+      program.error('give the items with exactly one of --folder, --lines, --files, --table or --rows');
     if (opts.table !== undefined && opts.column === undefined) program.error('--table needs --column');
     const items = opts.folder
       ? { folder: opts.folder, ...(opts.pattern ? { pattern: opts.pattern } : {}), recursive: Boolean(opts.recursive) }
@@ -244,7 +246,9 @@ job
         ? { lines: opts.lines }
         : opts.table
           ? { table: opts.table, column: opts.column }
-          : { files: opts.files };
+          : opts.rows
+            ? { rows: opts.rows }
+            : { files: opts.files };
     return callServerTool(
       opts.url,
       'start_job',

@@ -4,6 +4,8 @@ import { parse as parseCsv } from 'csv-parse/sync';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema } from 'hyparquet';
 import { tgError } from '../errors.js';
 import { resolveAllowedPath } from '../requests/decode-inputs.js';
+import type { NpyLayout } from '../tensor/npy.js';
+import { readNpyLayout } from '../tensor/npy-file.js';
 import type { JobItems } from './spec.js';
 
 /** More items than this in one job are refused: split the work into several jobs. */
@@ -11,9 +13,9 @@ export const MAX_ITEMS = 1_000_000;
 
 /**
  * The job's items in the order they run: file paths (sorted, so a listing is the same every
- * time) or texts. Every path is checked against the allowed roots as a single call's would be.
+ * time) or texts. (A job over an array's rows lists nothing: its rows are counted, see rowsFile.) Every path is checked against the allowed roots as a single call's would be.
  */
-export async function listItems(items: JobItems, roots: string[]): Promise<string[]> {
+export async function listItems(items: Exclude<JobItems, { rows: string }>, roots: string[]): Promise<string[]> {
   let listed: string[];
   if ('table' in items) {
     const { real } = resolveAllowedPath('items.table', items.table, roots);
@@ -180,6 +182,21 @@ function globMatcher(pattern: string): (name: string) => boolean {
     .join('');
   const regex = new RegExp(`^${source}$`, 'i');
   return (name) => regex.test(name);
+}
+
+/** A `.npy` file of rows under the allowed roots, its header read and checked. */
+export function rowsFile(path: string, roots: string[]): { path: string; layout: NpyLayout } {
+  const { real, size } = resolveAllowedPath('items.rows', path, roots);
+  if (!real.toLowerCase().endsWith('.npy'))
+    throw tgError('BAD_PARAMETER', `items.rows: ${path} is not a .npy file (numpy.save writes one)`, {
+      parameter: 'items.rows',
+    });
+  const layout = readNpyLayout(real, size);
+  if (layout.shape.length === 0)
+    throw tgError('BAD_PARAMETER', `items.rows: ${path} holds a scalar; its first dimension are the items`, {
+      parameter: 'items.rows',
+    });
+  return { path: real, layout };
 }
 
 /**

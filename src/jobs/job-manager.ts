@@ -1,14 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
-import type { InferenceResult, InferOptions } from '../gateway.js';
+import type { InferenceResult, InferOptions, TensorInferenceRequest, TensorInferenceResult } from '../gateway.js';
 import type { ModelConfig } from '../registry/model-config.js';
 import type { JobRecord, RegistryStore } from '../registry/store.js';
 import type { InferenceRequest } from '../requests/inference-request.js';
+import type { NpyLayout } from '../tensor/npy.js';
+import { npyRowsSource } from '../tensor/npy-file.js';
 import { roundSignificant } from '../tensor/number-format.js';
 import { numberReader, type Tensor } from '../tensor/tensor.js';
 import type { WorkflowOutputValue } from '../workflows/executor.js';
-import { checkResultsPath, listItems, resultsTarget } from './items.js';
+import { checkResultsPath, listItems, resultsTarget, rowsFile } from './items.js';
 import { type Line, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 
@@ -30,6 +32,8 @@ import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './
 /** What the manager needs of the gateway. */
 export interface JobHost {
   infer(request: InferenceRequest, options?: InferOptions): Promise<InferenceResult>;
+  /** A model that takes tensors, given them as sources (a job's rows, read straight into the arena). */
+  inferTensors(request: TensorInferenceRequest, options?: InferOptions): Promise<TensorInferenceResult>;
   modelConfig(name: string): ModelConfig;
   /** A workflow's file and text inputs and the models it runs; WORKFLOW_NOT_FOUND when unknown. */
   workflowPlan(name: string): { processed: string[]; models: string[] };
@@ -110,6 +114,8 @@ interface Target {
   lanes: number;
   /** The models it runs: it steps back while any of them has interactive calls. */
   models: string[];
+  /** A model that takes tensors: the .npy file whose rows are the items. */
+  rows?: { path: string; layout: NpyLayout };
 }
 
 interface Running {
@@ -145,9 +151,12 @@ export class JobManager {
         `the job is not valid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`,
       );
     const spec = parsed.data;
-    this.target(spec);
     const results = checkResultsPath(spec.results, this.host.allowedRoots, spec.overwrite);
-    const items = await listItems(spec.items, this.host.allowedRoots);
+    const target = this.target(spec);
+    const items = 'rows' in spec.items ? [] : await listItems(spec.items, this.host.allowedRoots);
+    const total = target.rows ? (target.rows.layout.shape[0] as number) : items.length;
+    if (total === 0)
+      throw tgError('BAD_PARAMETER', 'the job has no items: the array has no rows', { parameter: 'items' });
     const now = new Date().toISOString();
     const record = {
       id: randomUUID(),
@@ -155,7 +164,7 @@ export class JobManager {
       items,
       state: 'running' as const,
       progress: {
-        items: items.length,
+        items: total,
         done: 0,
         failed: 0,
         errors: {},
@@ -258,24 +267,45 @@ export class JobManager {
       throw tgError('BAD_PARAMETER', 'a job runs a "model" or a "workflow": give one of the two', {
         parameter: 'model',
       });
+    const byRows = 'rows' in spec.items;
     if (spec.model !== undefined) {
       const config = this.host.modelConfig(spec.model);
-      const inputs = Object.keys(config.processing?.inputs ?? {});
-      if (inputs.length === 0)
-        throw tgError(
-          'BAD_PARAMETER',
-          `model "${config.name}" takes tensors, not files or texts: a job runs a model with processing`,
-          { parameter: 'model' },
-        );
-      return {
-        kind: 'model',
+      const processed = Object.keys(config.processing?.inputs ?? {});
+      const what = `model "${config.name}"`;
+      const common = {
+        kind: 'model' as const,
         name: spec.model,
-        input: pickInput(`model "${spec.model}"`, inputs, spec.input),
         batch: spec.batch ?? config.batching?.max_batch_size ?? 8,
         lanes: Math.max(2, (config.resources?.instances ?? 1) + 1),
         models: [spec.model],
       };
+      if (processed.length > 0) {
+        if (byRows)
+          throw tgError(
+            'BAD_PARAMETER',
+            `${what} takes files or texts: give them as a folder, files, lines or a table`,
+            {
+              parameter: 'items',
+            },
+          );
+        return { ...common, input: pickInput(what, processed, spec.input) };
+      }
+      if (!byRows)
+        throw tgError(
+          'BAD_PARAMETER',
+          `${what} takes tensors, not files or texts: give its inputs' rows as {"rows": "/data/x.npy"}`,
+          { parameter: 'items' },
+        );
+      const input = pickInput(
+        what,
+        config.inputs.map((i) => i.name),
+        spec.input,
+      );
+      const rows = rowsFile((spec.items as { rows: string }).rows, this.host.allowedRoots);
+      checkRows(what, config.inputs.find((i) => i.name === input) as ModelConfig['inputs'][number], rows);
+      return { ...common, input, rows };
     }
+    if (byRows) throw tgError('BAD_PARAMETER', 'a workflow job takes files or texts, not rows', { parameter: 'items' });
     const name = spec.workflow as string;
     if (spec.version !== undefined)
       throw tgError('BAD_PARAMETER', `"version" picks a model's version; workflow ${name} names its own`, {
@@ -406,9 +436,18 @@ export class JobManager {
     const { spec, record } = job;
     const target = this.target(spec);
     const format = resultsFormat(spec.results);
+    const total = target.rows ? (target.rows.layout.shape[0] as number) : record.items.length;
+    if (total !== record.progress.items)
+      throw tgError(
+        'BAD_PARAMETER',
+        `the job's items changed since it started: ${total} rows, where it had ${record.progress.items}`,
+      );
+    const itemsAt = (start: number, count: number): string[] =>
+      target.rows
+        ? Array.from({ length: Math.min(count, total - start) }, (_, k) => `${target.rows?.path}[${start + k}]`)
+        : record.items.slice(start, start + count);
     const { batch, lanes } = target;
     const progress = record.progress;
-    const total = record.items.length;
     // Checked at every (re)start: a link there may have been pointed elsewhere since.
     const fd = openSync(resultsTarget(spec.results, this.host.allowedRoots), 'r+');
     try {
@@ -459,7 +498,7 @@ export class JobManager {
             continue;
           }
           const start = cursor;
-          const items = record.items.slice(start, start + (yielding ? 1 : Math.min(batch, job.requestSize)));
+          const items = itemsAt(start, yielding ? 1 : Math.min(batch, job.requestSize));
           cursor += items.length;
           inFlight++;
           job.inFlightItems += items.length;
@@ -488,7 +527,7 @@ export class JobManager {
   /** One request's result lines: one request for all its items; on an item's error, each alone. */
   private async runChunk(job: Running, target: Target, start: number, items: string[]): Promise<Line[]> {
     try {
-      const answers = await this.request(job, target, items);
+      const answers = await this.request(job, target, start, items);
       return items.map((item, k) => ({ index: start + k, item, ...answers[k] }));
     } catch (err) {
       const error = asTensorgateError(err);
@@ -501,13 +540,34 @@ export class JobManager {
   }
 
   /** One request of the job, tried again after transient failures: each item's answer. */
-  private async request(job: Running, target: Target, items: string[]): Promise<Record<string, unknown>[]> {
+  private async request(
+    job: Running,
+    target: Target,
+    start: number,
+    items: string[],
+  ): Promise<Record<string, unknown>[]> {
     const options: InferOptions = { signal: job.abort.signal, adapter: 'job', keepOutputs: false };
     const inputs = { [target.input]: items };
     for (let attempt = 0; ; attempt++) {
       try {
         if (target.kind === 'workflow')
           return [workflowAnswer(await this.host.runWorkflow(target.name, inputs, options))];
+        if (target.rows) {
+          const { path, layout } = target.rows;
+          const result = await this.host.inferTensors(
+            {
+              model: target.name,
+              ...(job.spec.version ? { version: job.spec.version } : {}),
+              inputs: new Map([[target.input, npyRowsSource(path, layout, start, items.length)]]),
+              form: 'path',
+            },
+            options,
+          );
+          this.resize(job, result);
+          return items.map((_, k) => ({
+            outputs: Object.fromEntries(result.outputs.map(({ name, tensor }) => [name, rowOf(tensor, k)])),
+          }));
+        }
         const result = await this.host.infer(
           { model: target.name, ...(job.spec.version ? { version: job.spec.version } : {}), inputs },
           options,
@@ -536,7 +596,7 @@ export class JobManager {
    * starts at one item and finds its size in a few requests), never over its batch. A fast model
    * on a GPU runs full batches; a slow one on a CPU, where a batch saves little, small ones.
    */
-  private resize(job: Running, result: InferenceResult): void {
+  private resize(job: Running, result: Pick<InferenceResult, 'timings' | 'batch_size'>): void {
     const t = result.timings;
     const passMs = (t.preprocess_ms ?? 0) + t.transfer_ms + t.compute_ms + (t.postprocess_ms ?? 0);
     const perRow = Math.max(passMs, 0.001) / Math.max(1, result.batch_size);
@@ -621,6 +681,23 @@ function pickInput(what: string, inputs: string[], wanted: string | undefined): 
       parameter: 'input',
     });
   return wanted ?? (inputs[0] as string);
+}
+
+/** The rows' dtype and row shape against the input's spec, before anything runs. */
+function checkRows(what: string, spec: ModelConfig['inputs'][number], rows: { path: string; layout: NpyLayout }): void {
+  const { dtype, shape } = rows.layout;
+  if (dtype !== spec.dtype)
+    throw tgError('DTYPE_MISMATCH', `${rows.path} holds ${dtype}; ${what}'s input "${spec.name}" takes ${spec.dtype}`, {
+      input: spec.name,
+    });
+  const row = shape.slice(1);
+  const want = spec.shape.slice(1);
+  if (row.length !== want.length || row.some((d, i) => want[i] !== -1 && want[i] !== d))
+    throw tgError(
+      'SHAPE_MISMATCH',
+      `${rows.path} holds rows of shape [${row.join(', ')}]; ${what}'s input "${spec.name}" takes [${spec.shape.join(', ')}] (the first dimension is the rows)`,
+      { input: spec.name },
+    );
 }
 
 /** A workflow run's answer: each output's row (tensors) or value (literals). */

@@ -1,6 +1,6 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 import { tgError } from '../errors.js';
-import { parseNpyLayout } from './npy.js';
+import { type NpyLayout, parseNpyLayout } from './npy.js';
 import { type TensorSource, tensorSource } from './source.js';
 import { makeTensor } from './tensor.js';
 
@@ -14,20 +14,7 @@ import { makeTensor } from './tensor.js';
 const FIRST_READ = 4096;
 
 export function npyFileSource(path: string, fileBytes: number): TensorSource {
-  const fd = openSync(path, 'r');
-  let layout: ReturnType<typeof parseNpyLayout>;
-  let head: Buffer;
-  try {
-    head = readAt(fd, Buffer.allocUnsafe(Math.min(fileBytes, FIRST_READ)), 0);
-    // A header longer than the first read (rare: version 2/3, huge shapes): read up to its end.
-    if (head.byteLength >= 12) {
-      const headerEnd = head[6] === 1 ? 10 + head.readUInt16LE(8) : 12 + head.readUInt32LE(8);
-      if (headerEnd > head.byteLength && headerEnd <= fileBytes) head = readAt(fd, Buffer.allocUnsafe(headerEnd), 0);
-    }
-    layout = parseNpyLayout(head, fileBytes);
-  } finally {
-    closeSync(fd);
-  }
+  const { layout, head } = readHead(path, fileBytes);
   const { dtype, shape, dataStart, dataBytes } = layout;
   // A small file came in whole with the header: keep its data rather than open it a second time.
   if (head.byteLength === fileBytes) return tensorSource(makeTensor(dtype, shape, head.subarray(dataStart)));
@@ -47,6 +34,57 @@ export function npyFileSource(path: string, fileBytes: number): TensorSource {
         if (got !== dataBytes) {
           throw tgError('BAD_TENSOR', `${path} changed while it was read: ${got} of ${dataBytes} data bytes`, { path });
         }
+      } finally {
+        closeSync(fd);
+      }
+    },
+  };
+}
+
+/** A `.npy` file's layout, its header read and checked against the file's size. */
+export function readNpyLayout(path: string, fileBytes: number): NpyLayout {
+  return readHead(path, fileBytes).layout;
+}
+
+function readHead(path: string, fileBytes: number): { layout: NpyLayout; head: Buffer } {
+  const fd = openSync(path, 'r');
+  try {
+    let head = readAt(fd, Buffer.allocUnsafe(Math.min(fileBytes, FIRST_READ)), 0);
+    // A header longer than the first read (rare: version 2/3, huge shapes): read up to its end.
+    if (head.byteLength >= 12) {
+      const headerEnd = head[6] === 1 ? 10 + head.readUInt16LE(8) : 12 + head.readUInt32LE(8);
+      if (headerEnd > head.byteLength && headerEnd <= fileBytes) head = readAt(fd, Buffer.allocUnsafe(headerEnd), 0);
+    }
+    return { layout: parseNpyLayout(head, fileBytes), head };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Rows `start` to `start + count` of a `.npy` file's first dimension as a tensor source: read
+ * straight into their destination with one read(2) when filled (a batch job's request).
+ */
+export function npyRowsSource(path: string, layout: NpyLayout, start: number, count: number): TensorSource {
+  const rowBytes = layout.shape[0] ? layout.dataBytes / layout.shape[0] : 0;
+  const byteLength = rowBytes * count;
+  return {
+    dtype: layout.dtype,
+    shape: [count, ...layout.shape.slice(1)],
+    byteLength,
+    fill(target) {
+      let fd: number;
+      try {
+        fd = openSync(path, 'r');
+      } catch {
+        throw tgError('FILE_NOT_FOUND', `${path} was removed before its rows could be read`, { path });
+      }
+      try {
+        const got = readInto(fd, target.subarray(0, byteLength), layout.dataStart + start * rowBytes);
+        if (got !== byteLength)
+          throw tgError('BAD_TENSOR', `${path} changed while its rows were read: ${got} of ${byteLength} bytes`, {
+            path,
+          });
       } finally {
         closeSync(fd);
       }

@@ -17,8 +17,10 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { parse as parseCsv } from 'csv-parse/sync';
+import { encodeNpy } from '../../src/tensor/npy.js';
+import { makeTensor } from '../../src/tensor/tensor.js';
 import { type Connected, connect, waitForUrl } from '../helpers/mcp.js';
-import { ensureDigitsModels, ROOT } from '../helpers/models.js';
+import { ensureDigitsModels, ensureTestModels, ROOT } from '../helpers/models.js';
 
 /**
  * Batch jobs end to end: the real CLI, the official MCP client, real torch workers reading real
@@ -398,6 +400,61 @@ describe('batch jobs over MCP', () => {
     assert.equal(finished.state, 'completed', finished.error);
     assert.equal(finished.failed, 0);
     assertEachOnce(lines(results), files.length);
+  });
+});
+
+describe("a batch job over an array's rows, for a model that takes tensors", () => {
+  let server: Connected;
+  before(async () => {
+    // Only the tensor models it calls, for a quick start.
+    const repo = mkdtempSync(join(tmpdir(), 'tg-jobs-rows-'));
+    for (const model of ['row_sum', 'typed', 'mlp']) symlinkSync(join(ensureTestModels(), model), join(repo, model));
+    server = await connect('http', undefined, [], repo);
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('answers each row of a .npy file: the rows read straight from the file, a line each', async () => {
+    const rows = 300;
+    const width = 5;
+    const values = Float32Array.from({ length: rows * width }, (_, i) => ((i * 7919) % 1000) / 100 - 5);
+    const array = join(server.workDir, 'features.npy');
+    writeFileSync(array, encodeNpy(makeTensor('float32', [rows, width], new Uint8Array(values.buffer))));
+    const results = join(server.workDir, 'sums.jsonl');
+    const finished = await job(server.client, 'start_job', {
+      model: 'row_sum',
+      items: { rows: array },
+      results,
+      wait: true,
+    });
+    assert.equal(finished.state, 'completed', finished.error);
+    assert.equal(finished.items, rows);
+    const found = lines(results) as (Line & { outputs?: { sum: number[] } })[];
+    assertEachOnce(found, rows);
+    found.forEach((line, r) => {
+      const expected = values.slice(r * width, (r + 1) * width).reduce((a, b) => a + b, 0);
+      assert.equal(line.item, `${array}[${r}]`);
+      assert.ok(Math.abs((line.outputs?.sum[0] ?? Number.NaN) - expected) < 1e-4, `row ${r}: ${line.outputs?.sum}`);
+    });
+
+    const refused = async (model: string, items: unknown, pattern: RegExp) => {
+      const result = await call(server.client, 'start_job', {
+        model,
+        items,
+        results: join(server.workDir, 'refused.jsonl'),
+      });
+      assert.equal(result.isError, true, result.text);
+      assert.match(result.text, pattern);
+    };
+    await refused('typed', { rows: array }, /^DTYPE_MISMATCH: .* holds float32; model "typed"'s input "x" takes int64/);
+    await refused(
+      'mlp',
+      { rows: array },
+      /^SHAPE_MISMATCH: .* rows of shape \[5\]; model "mlp"'s input "x" takes \[-1, 4\]/,
+    );
+    await refused('row_sum', { folder: server.workDir }, /^BAD_PARAMETER: .*takes tensors, not files or texts/);
+    await refused('row_sum', { rows: '/etc/hostname' }, /^PATH_NOT_ALLOWED: /);
   });
 });
 

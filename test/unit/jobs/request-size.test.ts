@@ -46,6 +46,7 @@ async function requestSizes(perRowMs: number, spec: Record<string, unknown> = {}
         notes: [],
       };
     },
+    inferTensors: () => Promise.reject(new Error('a job over texts sends no tensors')),
     modelConfig: () =>
       ({ name: 'm', processing: { inputs: { text: {} } }, batching: { max_batch_size: 32 } }) as unknown as ModelConfig,
     workflowPlan: () => ({ processed: [], models: [] }),
