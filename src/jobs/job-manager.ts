@@ -2,17 +2,16 @@ import { randomUUID } from 'node:crypto';
 import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions, TensorInferenceRequest, TensorInferenceResult } from '../gateway.js';
-import type { ModelConfig } from '../registry/model-config.js';
 import type { JobRecord, RegistryStore } from '../registry/store.js';
 import type { InferenceRequest } from '../requests/inference-request.js';
-import type { NpyLayout } from '../tensor/npy.js';
 import { npyRowsSource } from '../tensor/npy-file.js';
 import { roundSignificant } from '../tensor/number-format.js';
-import { numberReader, type Tensor } from '../tensor/tensor.js';
 import type { WorkflowOutputValue } from '../workflows/executor.js';
-import { checkResultsPath, listItems, resultsTarget, rowsFile } from './items.js';
+import { answerOf, rowOf, workflowAnswer } from './answers.js';
+import { checkResultsPath, listItems, resultsTarget } from './items.js';
 import { type Line, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
+import { resolveTarget, type Target, type TargetHost } from './target.js';
 
 /**
  * Batch jobs: a model with processing, or a workflow taking files or texts, run over many items,
@@ -30,16 +29,12 @@ import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './
  */
 
 /** What the manager needs of the gateway. */
-export interface JobHost {
+export interface JobHost extends TargetHost {
   infer(request: InferenceRequest, options?: InferOptions): Promise<InferenceResult>;
   /** A model that takes tensors, given them as sources (a job's rows, read straight into the arena). */
   inferTensors(request: TensorInferenceRequest, options?: InferOptions): Promise<TensorInferenceResult>;
-  modelConfig(name: string): ModelConfig;
-  /** A workflow's file and text inputs and the models it runs; WORKFLOW_NOT_FOUND when unknown. */
-  workflowPlan(name: string): { processed: string[]; models: string[] };
   /** One run of a workflow on files or texts, its outputs. */
   runWorkflow(name: string, inputs: Record<string, unknown>, options: InferOptions): Promise<WorkflowOutputValue[]>;
-  allowedRoots: string[];
   store: RegistryStore;
   /** Whether anything but a job called `model` within the last `ms`. */
   interactiveSince(model: string, ms: number): boolean;
@@ -99,25 +94,6 @@ const YIELD_POLL_MS = 2;
 const TRANSIENT_ERRORS = new Set(['MODEL_NOT_READY', 'WORKER_CRASHED', 'TIMEOUT', 'QUEUE_FULL', 'INFERENCE_FAILED']);
 const RETRY_MS = [250, 1000, 4000, 16_000];
 
-/** Output rows longer than this are left out of a result line (an answer, not a dump). */
-const MAX_ROW_VALUES = 4096;
-
-/** What a job runs, resolved against what the server serves. */
-interface Target {
-  kind: 'model' | 'workflow';
-  name: string;
-  /** The file or text input the items go to. */
-  input: string;
-  /** Items per request: a model's batch; one for a workflow, whose branches are decided per run. */
-  batch: number;
-  /** Requests kept in flight while nothing else calls the models. */
-  lanes: number;
-  /** The models it runs: it steps back while any of them has interactive calls. */
-  models: string[];
-  /** A model that takes tensors: the .npy file whose rows are the items. */
-  rows?: { path: string; layout: NpyLayout };
-}
-
 interface Running {
   record: Omit<JobRecord, 'progress'> & { progress: JobProgress };
   spec: JobSpec;
@@ -151,8 +127,8 @@ export class JobManager {
         `the job is not valid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`,
       );
     const spec = parsed.data;
+    const target = resolveTarget(spec, this.host);
     const results = checkResultsPath(spec.results, this.host.allowedRoots, spec.overwrite);
-    const target = this.target(spec);
     const items = 'rows' in spec.items ? [] : await listItems(spec.items, this.host.allowedRoots);
     const total = target.rows ? (target.rows.layout.shape[0] as number) : items.length;
     if (total === 0)
@@ -261,73 +237,6 @@ export class JobManager {
     return model !== undefined ? { model } : { workflow: workflow as string };
   }
 
-  /** What `spec` runs, checked against the models and workflows served now. */
-  private target(spec: JobSpec): Target {
-    if ((spec.model === undefined) === (spec.workflow === undefined))
-      throw tgError('BAD_PARAMETER', 'a job runs a "model" or a "workflow": give one of the two', {
-        parameter: 'model',
-      });
-    const byRows = 'rows' in spec.items;
-    if (spec.model !== undefined) {
-      const config = this.host.modelConfig(spec.model);
-      const processed = Object.keys(config.processing?.inputs ?? {});
-      const what = `model "${config.name}"`;
-      const common = {
-        kind: 'model' as const,
-        name: spec.model,
-        batch: spec.batch ?? config.batching?.max_batch_size ?? 8,
-        lanes: Math.max(2, (config.resources?.instances ?? 1) + 1),
-        models: [spec.model],
-      };
-      if (processed.length > 0) {
-        if (byRows)
-          throw tgError(
-            'BAD_PARAMETER',
-            `${what} takes files or texts: give them as a folder, files, lines or a table`,
-            {
-              parameter: 'items',
-            },
-          );
-        return { ...common, input: pickInput(what, processed, spec.input) };
-      }
-      if (!byRows)
-        throw tgError(
-          'BAD_PARAMETER',
-          `${what} takes tensors, not files or texts: give its inputs' rows as {"rows": "/data/x.npy"}`,
-          { parameter: 'items' },
-        );
-      const input = pickInput(
-        what,
-        config.inputs.map((i) => i.name),
-        spec.input,
-      );
-      const rows = rowsFile((spec.items as { rows: string }).rows, this.host.allowedRoots);
-      checkRows(what, config.inputs.find((i) => i.name === input) as ModelConfig['inputs'][number], rows);
-      return { ...common, input, rows };
-    }
-    if (byRows) throw tgError('BAD_PARAMETER', 'a workflow job takes files or texts, not rows', { parameter: 'items' });
-    const name = spec.workflow as string;
-    if (spec.version !== undefined)
-      throw tgError('BAD_PARAMETER', `"version" picks a model's version; workflow ${name} names its own`, {
-        parameter: 'version',
-      });
-    const plan = this.host.workflowPlan(name);
-    if (plan.processed.length === 0)
-      throw tgError(
-        'BAD_PARAMETER',
-        `workflow "${name}" takes tensors, not files or texts: a job runs a workflow with an image, text or audio input`,
-        { parameter: 'workflow' },
-      );
-    return {
-      kind: 'workflow',
-      name,
-      input: pickInput(`workflow "${name}"`, plan.processed, spec.input),
-      batch: 1,
-      lanes: spec.batch ?? 8,
-      models: plan.models,
-    };
-  }
-
   private async recorded(id: string, withItems: boolean): Promise<JobRecord> {
     const record = (await this.host.store.listJobs(withItems)).find((j) => j.id === id);
     if (!record) throw tgError('JOB_NOT_FOUND', `no job "${id}" is recorded; list_jobs lists them`, { job: id });
@@ -434,7 +343,7 @@ export class JobManager {
    */
   private async run(job: Running): Promise<void> {
     const { spec, record } = job;
-    const target = this.target(spec);
+    const target = resolveTarget(spec, this.host);
     const format = resultsFormat(spec.results);
     const total = target.rows ? (target.rows.layout.shape[0] as number) : record.items.length;
     if (total !== record.progress.items)
@@ -668,65 +577,4 @@ function describeErrors(errors: Record<string, number>): string {
   return Object.entries(errors)
     .map(([code, n]) => `${code} ${n}`)
     .join(', ');
-}
-
-/** The file or text input a job's items go to: `wanted`, or the only one there is. */
-function pickInput(what: string, inputs: string[], wanted: string | undefined): string {
-  if (wanted !== undefined && !inputs.includes(wanted))
-    throw tgError('UNKNOWN_INPUT', `${what} has no input "${wanted}"; it takes ${inputs.join(', ')}`, {
-      input: wanted,
-    });
-  if (wanted === undefined && inputs.length > 1)
-    throw tgError('BAD_PARAMETER', `${what} takes ${inputs.join(', ')}: name the one the items go to in "input"`, {
-      parameter: 'input',
-    });
-  return wanted ?? (inputs[0] as string);
-}
-
-/** The rows' dtype and row shape against the input's spec, before anything runs. */
-function checkRows(what: string, spec: ModelConfig['inputs'][number], rows: { path: string; layout: NpyLayout }): void {
-  const { dtype, shape } = rows.layout;
-  if (dtype !== spec.dtype)
-    throw tgError('DTYPE_MISMATCH', `${rows.path} holds ${dtype}; ${what}'s input "${spec.name}" takes ${spec.dtype}`, {
-      input: spec.name,
-    });
-  const row = shape.slice(1);
-  const want = spec.shape.slice(1);
-  if (row.length !== want.length || row.some((d, i) => want[i] !== -1 && want[i] !== d))
-    throw tgError(
-      'SHAPE_MISMATCH',
-      `${rows.path} holds rows of shape [${row.join(', ')}]; ${what}'s input "${spec.name}" takes [${spec.shape.join(', ')}] (the first dimension is the rows)`,
-      { input: spec.name },
-    );
-}
-
-/** A workflow run's answer: each output's row (tensors) or value (literals). */
-function workflowAnswer(outputs: WorkflowOutputValue[]): Record<string, unknown> {
-  return {
-    outputs: Object.fromEntries(outputs.map((o) => [o.name, 'tensor' in o ? rowOf(o.tensor, 0) : o.value])),
-  };
-}
-
-/** Item `k`'s answer: its labels, objects, text, the handler's answer, or its output rows. */
-function answerOf(result: InferenceResult, k: number): Record<string, unknown> {
-  if (result.predictions) return { predictions: result.predictions[k] };
-  if (result.detections) return { detections: result.detections[k] };
-  if (result.texts) return { text: result.texts[k] };
-  if (result.answers) return { answer: result.answers[k] };
-  const tensors = result.tensors ?? [];
-  if (result.embedding) {
-    const vectors = tensors.find((t) => t.name === result.embedding?.output);
-    return { embedding: vectors ? rowOf(vectors.tensor, k) : undefined };
-  }
-  const outputs: Record<string, unknown> = {};
-  for (const { name, tensor } of tensors) outputs[name] = rowOf(tensor, k);
-  return { outputs };
-}
-
-/** Row `k` of a [items, ...] tensor as numbers (6 significant digits); null when too long to list. */
-function rowOf(tensor: Tensor, k: number): number[] | null {
-  const width = tensor.shape.slice(1).reduce((a, b) => a * b, 1);
-  if (width > MAX_ROW_VALUES) return null;
-  const read = numberReader(tensor);
-  return Array.from({ length: width }, (_, i) => roundSignificant(read(k * width + i), 6));
 }
