@@ -1,5 +1,5 @@
 import type { MachineInfo } from '../mcp-overhead/machine.js';
-import type { Distribution } from '../mcp-overhead/stats.js';
+import { type Distribution, round } from '../mcp-overhead/stats.js';
 
 /** What bench/jobs/run.ts writes, and its docs/benchmarks.md section. */
 
@@ -10,6 +10,8 @@ export interface JobsFile {
   config: { images: number; seconds: number; model: string; batch: number };
   raw: { items: number; seconds: number; items_per_s: number };
   job: { seconds: number; items_per_s: number; ratio_to_raw: number };
+  /** The model without processing, fed tensors over OIP v2 binary (runs before it was measured have none). */
+  predecoded_oip?: { clients: number; items_per_s: number; latency: Distribution };
   interactive: {
     alone: Distribution;
     during_job: Distribution;
@@ -35,6 +37,12 @@ export function renderJobs(files: unknown[]): string {
     '| measure | raw loop | tensorgate job | ratio |',
     '| --- | ---: | ---: | ---: |',
     `| items/s | ${f.raw.items_per_s} | ${f.job.items_per_s} | ${f.job.ratio_to_raw} |`,
+    ...(f.predecoded_oip
+      ? [
+          '',
+          `For scale, the same model without processing, sent decoded 224x224 tensors over OIP v2 binary by ${f.predecoded_oip.clients} closed-loop clients and batched by the server, answers ${f.predecoded_oip.items_per_s} images/s: what tensorgate does with nothing left to decode (the job is at ${round(f.job.items_per_s / f.predecoded_oip.items_per_s, 2)}x of it).`,
+        ]
+      : []),
     '',
     "| interactive call (the model's tool, one photo) | p50 ms | p90 ms | p99 ms |",
     '| --- | ---: | ---: | ---: |',

@@ -11,6 +11,9 @@
  *   through the forward pass (bench/jobs/raw_loop.py);
  * - job: `start_job` over the folder, alone, from its start to `completed` as `get_job` reports it
  *   (items/s; the results file is checked to hold every item once);
+ * - pre-decoded: the same model without processing (`photo-tensors`, the same batching) sent
+ *   224x224 tensors over OIP v2 binary by 16 closed-loop clients, batched by the server: what
+ *   tensorgate does when nothing is left to decode, the ceiling of a job's rate;
  * - interactive: the model's tool on one photo, closed loop at concurrency 1, without a job and
  *   then while a second job runs (p50, p99; their ratio is the bound the job keeps);
  * - sporadic: `--sporadic` single calls 1.5 s apart while that job runs, as an agent calls now and
@@ -19,7 +22,7 @@
  * Results go to bench/results/jobs-<time>.json; bench/report.ts renders docs/benchmarks.md.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,8 +32,9 @@ import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, round } from '../mcp-overhead/stats.js';
-import { closedLoop, startTensorgate, stopProcess, toolCall, waitHealthy } from '../peers/harness.js';
-import { MODEL, makeModel } from '../processing/model.js';
+import { binaryRequest } from '../oip/requests.js';
+import { closedLoop, httpCall, startTensorgate, stopProcess, toolCall, waitHealthy } from '../peers/harness.js';
+import { BATCHING, MODEL, makeModel } from '../processing/model.js';
 import type { JobsFile } from './render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -61,6 +65,7 @@ async function main(): Promise<void> {
   const demo = join(ROOT, 'models');
   buildDemoModels(ROOT, python, demo);
   const modelDir = makeModel(demo, join(work, 'models'));
+  const tensors = makeTensorModel(demo, join(work, 'models'));
   const photos = join(work, 'photos');
   const loop = join(ROOT, 'bench', 'jobs', 'raw_loop.py');
   execFileSync(python, [loop, '--make-photos', photos, '--count', String(images)]);
@@ -89,6 +94,17 @@ async function main(): Promise<void> {
 
     const alone = await interactive();
     console.log(`interactive alone: p50 ${alone.latency.p50} ms, p99 ${alone.latency.p99} ms`);
+
+    await waitHealthy(base, `/v2/models/${TENSOR_MODEL}/ready`);
+    const pixels = Float32Array.from({ length: 3 * 224 * 224 }, (_, i) => Math.sin(i) * 0.5);
+    const oip = binaryRequest({ ...tensors, shape: [1, 3, 224, 224], outputBytes: 40 }, pixels);
+    const predecoded = await closedLoop(
+      async () => httpCall(base, `/v2/models/${TENSOR_MODEL}/infer`, oip),
+      16,
+      ms,
+      Math.min(2000, ms / 4),
+    );
+    console.log(`pre-decoded tensors over OIP v2 binary, 16 clients: ${predecoded.throughput} images/s`);
 
     const start = async (name: string) =>
       call<Job>('start_job', { model: MODEL, items: { folder: photos }, results: join(work, `${name}.jsonl`) });
@@ -137,6 +153,7 @@ async function main(): Promise<void> {
       config: { images, seconds: ms / 1000, model: MODEL, batch: 16 },
       raw,
       job: { seconds: round(jobSeconds, 3), items_per_s: jobRate, ratio_to_raw: round(jobRate / raw.items_per_s, 3) },
+      predecoded_oip: { clients: 16, items_per_s: predecoded.throughput, latency: predecoded.latency },
       interactive: {
         alone: alone.latency,
         during_job: during.latency,
@@ -154,6 +171,23 @@ async function main(): Promise<void> {
     await stopProcess(child);
     rmSync(work, { recursive: true, force: true });
   }
+}
+
+/** The demo image model without processing, batched like the job's: it takes 224x224 tensors. */
+const TENSOR_MODEL = 'photo-tensors';
+function makeTensorModel(demo: string, models: string): { input: string; output: string } {
+  const dir = join(models, TENSOR_MODEL);
+  cpSync(join(demo, 'image-classifier'), dir, { recursive: true, filter: (src) => !src.includes('/2') });
+  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as {
+    inputs: { name: string }[];
+    outputs: { name: string }[];
+  } & Record<string, unknown>;
+  config.name = TENSOR_MODEL;
+  config.versions = { '1': (config.versions as Record<string, unknown>)['1'] };
+  config.parameters = { precision: ['fp32'] };
+  config.batching = BATCHING;
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(config, null, 2));
+  return { input: config.inputs[0]?.name as string, output: config.outputs[0]?.name as string };
 }
 
 await main();

@@ -28,6 +28,7 @@ describe('bench/jobs (smoke)', { timeout: 300_000 }, () => {
     assert.ok(file.raw.items_per_s > 0 && file.job.items_per_s > 0);
     assert.ok(file.interactive.alone.n > 0 && file.interactive.during_job.n > 0);
     assert.equal(file.interactive.sporadic_during_job?.n, 2);
+    assert.ok((file.predecoded_oip?.items_per_s ?? 0) > 0, 'pre-decoded tensors over OIP v2');
     const section = renderJobs([file]);
     assert.match(section, /^## Batch jobs \(bench\/jobs\)/);
     assert.match(section, /\| while a job runs, single calls 1\.5 s apart \(2; max [\d.]+ ms\) \|/);
