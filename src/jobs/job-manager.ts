@@ -336,8 +336,8 @@ export class JobManager {
   }
 
   /**
-   * Runs the items after the last committed one, `lanes` requests at a time, committing in item
-   * order. While the model has interactive traffic (a call that is not a job's in the last
+   * Runs the items after the last committed one, `lanes` requests at a time, each sized to
+   * `max_pass_ms` (resize()), committing in item order. While the model has interactive traffic (a call that is not a job's in the last
    * second), the job steps back to one request of one item in flight, so an interactive call
    * waits behind at most one item's forward pass, which the model may even batch it with.
    */
