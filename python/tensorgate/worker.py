@@ -9,16 +9,39 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import logging
 import os
 import signal
 import socket
 import sys
 
-import torch
 
-from ._arena import InArena, OutArena
-from ._worker import Worker
+def _die_with_the_gateway() -> None:
+    """On Linux, asks the kernel to SIGKILL this process when the gateway that spawned it dies.
+
+    A worker otherwise sees its gateway gone when the control socket closes, which it only reads
+    once set up: importing torch and loading a model take seconds on a busy machine, and a worker
+    whose gateway was killed meanwhile would live on that long, holding memory. Done before
+    torch is imported, for that reason.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    # The gateway may have died before the request was made: then init (or a subreaper) is the
+    # parent already, and no signal will come.
+    if os.getppid() == 1:
+        sys.exit(0)
+
+
+_die_with_the_gateway()
+
+import torch  # noqa: E402 (after _die_with_the_gateway: see its docstring)
+
+from ._arena import InArena, OutArena  # noqa: E402
+from ._worker import Worker  # noqa: E402
 
 __all__ = ["main"]
 

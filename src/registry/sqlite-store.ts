@@ -67,6 +67,9 @@ const MIGRATIONS = [
    );`,
 ];
 
+/** The schema version a file opened by this build is at. */
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
 /** How often `watch` looks for commits by other processes. */
 const WATCH_INTERVAL_MS = 1000;
 

@@ -8,6 +8,7 @@ import Database from 'better-sqlite3';
 import type { TensorgateError } from '../../../src/errors.js';
 import { defaultVersion, parseModelConfig } from '../../../src/registry/model-config.js';
 import { Registry, type RegistryChange } from '../../../src/registry/registry.js';
+import { SCHEMA_VERSION } from '../../../src/registry/sqlite-store.js';
 
 const raw = {
   name: 'demo',
@@ -149,7 +150,8 @@ test('a registry file from before migrations is brought up to date, its models k
   assert.deepEqual([record.revision, record.registeredBy, record.versions[0]?.status], [1, null, 'ready']);
   await registry.close();
   const reopened = new Database(path, { readonly: true });
-  assert.equal(reopened.pragma('user_version', { simple: true }), 2);
+  assert.equal(reopened.pragma('user_version', { simple: true }), SCHEMA_VERSION, 'every migration applied');
+  assert.ok(reopened.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").get());
   reopened.close();
 });
 
