@@ -7,7 +7,8 @@ export interface JobsFile {
   benchmark: 'jobs';
   date: string;
   machine: MachineInfo;
-  config: { images: number; seconds: number; model: string; batch: number };
+  /** max_pass_ms when the run set one (the server's default, 100 ms, otherwise). */
+  config: { images: number; seconds: number; model: string; batch: number; max_pass_ms?: number };
   raw: { items: number; seconds: number; items_per_s: number };
   job: { seconds: number; items_per_s: number; ratio_to_raw: number };
   /** The model without processing, fed tensors over OIP v2 binary (runs before it was measured have none). */

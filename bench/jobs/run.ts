@@ -2,7 +2,8 @@
  * bench/jobs: a batch job over distinct photos against a Python loop doing the same by hand, and
  * what the job does to interactive calls of the same model, in the same run.
  *
- *   node --import tsx bench/jobs/run.ts [--images 2000] [--seconds 8] [--out FILE]
+ *   node --import tsx bench/jobs/run.ts [--images 2000] [--seconds 8] [--sporadic 10]
+ *                                       [--max-pass-ms MS] [--out FILE]
  *
  * The model is bench/processing's `photo-classifier` (the demo image model with processing:
  * resize to 256, crop 224, normalise, top 5; batching 16 rows, 0.5 ms). The items are `--images`
@@ -44,6 +45,7 @@ const { values: opts } = parseArgs({
     images: { type: 'string', default: '2000' },
     seconds: { type: 'string', default: '8' },
     sporadic: { type: 'string', default: '10' },
+    'max-pass-ms': { type: 'string' },
     out: { type: 'string' },
   },
 });
@@ -107,7 +109,12 @@ async function main(): Promise<void> {
     console.log(`pre-decoded tensors over OIP v2 binary, 16 clients: ${predecoded.throughput} images/s`);
 
     const start = async (name: string) =>
-      call<Job>('start_job', { model: MODEL, items: { folder: photos }, results: join(work, `${name}.jsonl`) });
+      call<Job>('start_job', {
+        model: MODEL,
+        items: { folder: photos },
+        results: join(work, `${name}.jsonl`),
+        ...(opts['max-pass-ms'] ? { max_pass_ms: Number(opts['max-pass-ms']) } : {}),
+      });
     const wait = async (id: string, until: (j: Job) => boolean): Promise<Job> => {
       for (;;) {
         const job = await call<Job>('get_job', { id });
@@ -150,7 +157,13 @@ async function main(): Promise<void> {
       benchmark: 'jobs',
       date: new Date().toISOString(),
       machine: machineInfo(ROOT),
-      config: { images, seconds: ms / 1000, model: MODEL, batch: 16 },
+      config: {
+        images,
+        seconds: ms / 1000,
+        model: MODEL,
+        batch: 16,
+        ...(opts['max-pass-ms'] ? { max_pass_ms: Number(opts['max-pass-ms']) } : {}),
+      },
       raw,
       job: { seconds: round(jobSeconds, 3), items_per_s: jobRate, ratio_to_raw: round(jobRate / raw.items_per_s, 3) },
       predecoded_oip: { clients: 16, items_per_s: predecoded.throughput, latency: predecoded.latency },
