@@ -26,7 +26,7 @@
  * gateway and of the model's worker (from /proc), which is what the spin costs.
  * Results go to bench/results/fixed-cost-<time>.json; `node --import tsx bench/report.ts` renders them.
  */
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -35,6 +35,7 @@ import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import type { StageTimings } from '../../src/gateway.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
 import { buildDemoModels, makeVariant } from '../batching/models.js';
+import { cpuMs } from '../cpu.js';
 import { BaselineProcess, EchoConnection, McpConnection } from '../mcp-overhead/clients.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, medianPerKey, round } from '../mcp-overhead/stats.js';
@@ -63,34 +64,6 @@ const calls = Number(opts.calls);
 const rounds = Number(opts.rounds);
 const warmup = Number(opts.warmup);
 const spinUs = Number(opts['spin-us']);
-
-/** Clock ticks per second of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux). */
-const TICKS_PER_S = 100;
-
-/** CPU ms a process has used, and its children (the workers) separately. */
-function cpuMs(pid: number): { self: number; children: number } {
-  const children = readdirSync('/proc')
-    .filter((d) => /^\d+$/.test(d))
-    .map((d) => procStat(Number(d)))
-    .filter((s) => s !== undefined && s.ppid === pid);
-  const self = procStat(pid);
-  return {
-    self: self ? self.cpuMs : 0,
-    children: children.reduce((sum, s) => sum + (s?.cpuMs ?? 0), 0),
-  };
-}
-
-function procStat(pid: number): { ppid: number; cpuMs: number } | undefined {
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // The command may hold spaces and parentheses: fields start after the last ')'.
-    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    const ticks = Number(fields[11]) + Number(fields[12]);
-    return { ppid: Number(fields[1]), cpuMs: (ticks / TICKS_PER_S) * 1000 };
-  } catch {
-    return undefined; // gone meanwhile
-  }
-}
 
 /** The model repository: the tabular model as it ships, and a copy of it that spins. */
 function repository(work: string): { repo: string; plainDir: string } {

@@ -9,8 +9,9 @@ export interface JobsFile {
   machine: MachineInfo;
   /** max_pass_ms when the run set one (the server's default, 100 ms, otherwise). */
   config: { images: number; seconds: number; model: string; batch: number; max_pass_ms?: number };
-  raw: { items: number; seconds: number; items_per_s: number };
-  job: { seconds: number; items_per_s: number; ratio_to_raw: number };
+  raw: { items: number; seconds: number; items_per_s: number; cores?: number };
+  /** cores: CPU in use over the job, the gateway's and its workers' (runs before it was measured have none). */
+  job: { seconds: number; items_per_s: number; ratio_to_raw: number; cores?: { gateway: number; workers: number } };
   /** The model without processing, fed tensors over OIP v2 binary (runs before it was measured have none). */
   predecoded_oip?: { clients: number; items_per_s: number; latency: Distribution };
   interactive: {
@@ -38,6 +39,11 @@ export function renderJobs(files: unknown[]): string {
     '| measure | raw loop | tensorgate job | ratio |',
     '| --- | ---: | ---: | ---: |',
     `| items/s | ${f.raw.items_per_s} | ${f.job.items_per_s} | ${f.job.ratio_to_raw} |`,
+    ...(f.job.cores && f.raw.cores !== undefined
+      ? [
+          `| cores in use | ${f.raw.cores} | ${round(f.job.cores.gateway + f.job.cores.workers, 2)} (gateway ${f.job.cores.gateway}, worker ${f.job.cores.workers}) | |`,
+        ]
+      : []),
     ...(f.predecoded_oip
       ? [
           '',

@@ -31,6 +31,7 @@ import { parseArgs } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
+import { cpuMs } from '../cpu.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, round } from '../mcp-overhead/stats.js';
 import { binaryRequest } from '../oip/requests.js';
@@ -78,7 +79,7 @@ async function main(): Promise<void> {
 
   const raw = JSON.parse(
     execFileSync(python, [loop, '--model-dir', modelDir, '--list', join(work, 'files.txt')], { encoding: 'utf8' }),
-  ) as { items: number; seconds: number; items_per_s: number };
+  ) as { items: number; seconds: number; items_per_s: number; cores: number };
   console.log(`raw loop: ${raw.items} photos in ${raw.seconds} s, ${raw.items_per_s} items/s`);
 
   const { child, base } = await startTensorgate(ROOT, join(work, 'models'), work, undefined, ['--allow-root', work]);
@@ -124,16 +125,25 @@ async function main(): Promise<void> {
     };
 
     const t0 = performance.now();
+    const cpu0 = cpuMs(child.pid as number);
     const first = await start('job-alone');
     const finished = await wait(first.id, (j) => j.state !== 'running');
     const jobSeconds = (performance.now() - t0) / 1000;
+    const cpu1 = cpuMs(child.pid as number);
+    // Cores in use over the job: the gateway's own (MCP, reading files, commits) and the workers'.
+    const cores = {
+      gateway: round((cpu1.self - cpu0.self) / 1000 / jobSeconds, 2),
+      workers: round((cpu1.children - cpu0.children) / 1000 / jobSeconds, 2),
+    };
     if (finished.state !== 'completed') throw new Error(`the job ended ${finished.state}: ${finished.error}`);
     const written = readFileSync(join(work, 'job-alone.jsonl'), 'utf8').trim().split('\n');
     const indices = new Set(written.map((l) => (JSON.parse(l) as { index: number }).index));
     if (written.length !== images || indices.size !== images || finished.failed !== 0)
       throw new Error(`the results file holds ${written.length} lines, ${indices.size} distinct, for ${images} photos`);
     const jobRate = round(images / jobSeconds, 1);
-    console.log(`job alone: ${images} photos in ${round(jobSeconds, 2)} s, ${jobRate} items/s`);
+    console.log(
+      `job alone: ${images} photos in ${round(jobSeconds, 2)} s, ${jobRate} items/s; cores: gateway ${cores.gateway}, workers ${cores.workers} (raw loop ${raw.cores})`,
+    );
 
     const second = await start('job-with-calls');
     await wait(second.id, (j) => j.done > 0);
@@ -165,7 +175,12 @@ async function main(): Promise<void> {
         ...(opts['max-pass-ms'] ? { max_pass_ms: Number(opts['max-pass-ms']) } : {}),
       },
       raw,
-      job: { seconds: round(jobSeconds, 3), items_per_s: jobRate, ratio_to_raw: round(jobRate / raw.items_per_s, 3) },
+      job: {
+        seconds: round(jobSeconds, 3),
+        items_per_s: jobRate,
+        ratio_to_raw: round(jobRate / raw.items_per_s, 3),
+        cores,
+      },
       predecoded_oip: { clients: 16, items_per_s: predecoded.throughput, latency: predecoded.latency },
       interactive: {
         alone: alone.latency,
