@@ -115,7 +115,7 @@ function main(): void {
     'bash bench/peers/run.sh                               # set-up + about 10 minutes on 2 cores',
     'node --import tsx bench/soak/run.ts                   # about 1 minute on 2 cores',
     'node --import tsx bench/workflows/run.ts              # about 2 minutes on 2 cores',
-    'node --import tsx bench/jobs/run.ts                   # about 3 minutes on 2 cores',
+    'node --import tsx bench/jobs/run.ts                   # about 5 minutes on 2 cores',
     'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
     'node --import tsx bench/engines/run.ts                # about 15 minutes on 2 cores',
     '.tensorgate/venv/bin/python bench/gpu/check.py        # on a CUDA machine (--device cpu elsewhere): about 3 minutes',
