@@ -228,7 +228,8 @@ job
   .option('--files <file...>', 'these files are the items')
   .option('--table <file>', 'a .jsonl, .csv or .parquet file: the values of --column are the items, a row each')
   .option('--column <name>', 'with --table: the field or column holding the texts or file paths')
-  .option('--rows <file>', 'a .npy file: each row is an item (a model that takes tensors)')
+  .option('--rows <file>', 'a .npy or .safetensors file: each row is an item (a model that takes tensors)')
+  .option('--tensor <name>', 'with --rows: the tensor of a .safetensors file holding several')
   .option('--version <v>', 'version (default: the model default)')
   .option('--batch <n>', 'items per request (default: the model batch size)', positiveInt)
   .option('--max-failures <n>', 'stop once more items than this have failed', Number)
@@ -240,6 +241,7 @@ job
     if (sources.length !== 1)
       program.error('give the items with exactly one of --folder, --lines, --files, --table or --rows');
     if (opts.table !== undefined && opts.column === undefined) program.error('--table needs --column');
+    if (opts.tensor !== undefined && opts.rows === undefined) program.error('--tensor goes with --rows');
     const items = opts.folder
       ? { folder: opts.folder, ...(opts.pattern ? { pattern: opts.pattern } : {}), recursive: Boolean(opts.recursive) }
       : opts.lines
@@ -247,7 +249,7 @@ job
         : opts.table
           ? { table: opts.table, column: opts.column }
           : opts.rows
-            ? { rows: opts.rows }
+            ? { rows: opts.rows, ...(opts.tensor ? { tensor: opts.tensor } : {}) }
             : { files: opts.files };
     return callServerTool(
       opts.url,

@@ -4,8 +4,8 @@ import { parse as parseCsv } from 'csv-parse/sync';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema } from 'hyparquet';
 import { tgError } from '../errors.js';
 import { resolveAllowedPath } from '../requests/decode-inputs.js';
-import type { NpyLayout } from '../tensor/npy.js';
-import { readNpyLayout } from '../tensor/npy-file.js';
+import type { TensorLayout } from '../tensor/npy.js';
+import { readNpyLayout, readSafetensorsLayouts } from '../tensor/tensor-file.js';
 import type { JobItems } from './spec.js';
 
 /** More items than this in one job are refused: split the work into several jobs. */
@@ -184,19 +184,41 @@ function globMatcher(pattern: string): (name: string) => boolean {
   return (name) => regex.test(name);
 }
 
-/** A `.npy` file of rows under the allowed roots, its header read and checked. */
-export function rowsFile(path: string, roots: string[]): { path: string; layout: NpyLayout } {
+/** An array whose rows are a job's items: where its data lies, and how its items are named (`label[i]`). */
+export interface RowsFile {
+  path: string;
+  layout: TensorLayout;
+  /** The file, and for a .safetensors file its tensor: `/data/x.safetensors:features`. */
+  label: string;
+}
+
+/**
+ * A `.npy` file, or one tensor of a `.safetensors` file (`tensor`, or its only one), under the
+ * allowed roots, its header read and checked; its first dimension are the items.
+ */
+export function rowsFile(path: string, roots: string[], tensor?: string): RowsFile {
   const { real, size } = resolveAllowedPath('items.rows', path, roots);
-  if (!real.toLowerCase().endsWith('.npy'))
-    throw tgError('BAD_PARAMETER', `items.rows: ${path} is not a .npy file (numpy.save writes one)`, {
-      parameter: 'items.rows',
-    });
-  const layout = readNpyLayout(real, size);
-  if (layout.shape.length === 0)
-    throw tgError('BAD_PARAMETER', `items.rows: ${path} holds a scalar; its first dimension are the items`, {
-      parameter: 'items.rows',
-    });
-  return { path: real, layout };
+  const refuse = (message: string) => tgError('BAD_PARAMETER', `items.rows: ${message}`, { parameter: 'items.rows' });
+  let found: RowsFile;
+  if (/\.npy$/i.test(real)) {
+    if (tensor !== undefined) throw refuse(`${path} is a .npy file, which holds one array: drop "tensor"`);
+    found = { path: real, layout: readNpyLayout(real, size), label: real };
+  } else if (/\.safetensors$/i.test(real)) {
+    const layouts = readSafetensorsLayouts(real, size);
+    const names = [...layouts.keys()].sort();
+    const name = tensor ?? (names.length === 1 ? names[0] : undefined);
+    if (name === undefined)
+      throw refuse(
+        `${path} holds ${names.length ? `the tensors ${names.join(', ')}` : 'no tensors'}; name the one whose rows are the items with "tensor"`,
+      );
+    const layout = layouts.get(name);
+    if (!layout) throw refuse(`${path} has no tensor "${name}"; it holds ${names.join(', ') || 'none'}`);
+    found = { path: real, layout, label: `${real}:${name}` };
+  } else {
+    throw refuse(`${path} is neither a .npy file (numpy.save) nor a .safetensors file (safetensors' save_file)`);
+  }
+  if (found.layout.shape.length === 0) throw refuse(`${found.label} holds a scalar; its first dimension are the items`);
+  return found;
 }
 
 /**

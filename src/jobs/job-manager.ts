@@ -4,8 +4,8 @@ import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions, TensorInferenceRequest, TensorInferenceResult } from '../gateway.js';
 import type { JobRecord, RegistryStore } from '../registry/store.js';
 import type { InferenceRequest } from '../requests/inference-request.js';
-import { npyRowsSource } from '../tensor/npy-file.js';
 import { roundSignificant } from '../tensor/number-format.js';
+import { fileRowsSource } from '../tensor/tensor-file.js';
 import type { WorkflowOutputValue } from '../workflows/executor.js';
 import { answerOf, rowOf, workflowAnswer } from './answers.js';
 import { checkResultsPath, listItems, resultsTarget } from './items.js';
@@ -353,7 +353,7 @@ export class JobManager {
       );
     const itemsAt = (start: number, count: number): string[] =>
       target.rows
-        ? Array.from({ length: Math.min(count, total - start) }, (_, k) => `${target.rows?.path}[${start + k}]`)
+        ? Array.from({ length: Math.min(count, total - start) }, (_, k) => `${target.rows?.label}[${start + k}]`)
         : record.items.slice(start, start + count);
     const { batch, lanes } = target;
     const progress = record.progress;
@@ -467,7 +467,7 @@ export class JobManager {
             {
               model: target.name,
               ...(job.spec.version ? { version: job.spec.version } : {}),
-              inputs: new Map([[target.input, npyRowsSource(path, layout, start, items.length)]]),
+              inputs: new Map([[target.input, fileRowsSource(path, layout, start, items.length)]]),
               form: 'path',
             },
             options,

@@ -43,8 +43,10 @@ const TableItems = z
 
 const RowItems = z
   .object({
-    /** A .npy file under the allowed roots: each row (along its first dimension) is an item. */
+    /** A .npy or .safetensors file under the allowed roots: each row (along its first dimension) is an item. */
     rows: z.string().min(1),
+    /** The tensor of a .safetensors file whose rows they are: needed when it holds more than one. */
+    tensor: z.string().min(1).optional(),
   })
   .strict();
 
@@ -68,7 +70,7 @@ export const JobSpecSchema = z
     /** The processed input the items go to; the only one when absent. */
     input: z.string().optional().describe("the model's or workflow's input the items go to; its only one when omitted"),
     items: JobItemsSchema.describe(
-      '{"folder": "/data/inbox", "pattern": "*.jpg", "recursive": false}, {"files": ["/data/a.png", ...]}, {"lines": "/data/texts.txt"} (one text per line) or {"table": "/data/docs.parquet", "column": "text"} (a JSONL, CSV or Parquet column of texts or file paths; every row an item); for a model that takes tensors, {"rows": "/data/features.npy"} (each row of the array an item)',
+      '{"folder": "/data/inbox", "pattern": "*.jpg", "recursive": false}, {"files": ["/data/a.png", ...]}, {"lines": "/data/texts.txt"} (one text per line) or {"table": "/data/docs.parquet", "column": "text"} (a JSONL, CSV or Parquet column of texts or file paths; every row an item); for a model that takes tensors, {"rows": "/data/features.npy"} (each row of the array an item; a .safetensors file too, with "tensor": its name when it holds several)',
     ),
     results: z
       .string()

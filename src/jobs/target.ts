@@ -1,7 +1,6 @@
 import { tgError } from '../errors.js';
 import type { ModelConfig } from '../registry/model-config.js';
-import type { NpyLayout } from '../tensor/npy.js';
-import { rowsFile } from './items.js';
+import { type RowsFile, rowsFile } from './items.js';
 import type { JobSpec } from './spec.js';
 
 /**
@@ -30,8 +29,8 @@ export interface Target {
   lanes: number;
   /** The models it runs: it steps back while any of them has interactive calls. */
   models: string[];
-  /** A model that takes tensors: the .npy file whose rows are the items. */
-  rows?: { path: string; layout: NpyLayout };
+  /** A model that takes tensors: the array (a .npy file, a .safetensors file's tensor) whose rows are the items. */
+  rows?: RowsFile;
 }
 
 /** What `spec` runs, checked against the models and workflows `host` serves now. */
@@ -70,7 +69,8 @@ export function resolveTarget(spec: JobSpec, host: TargetHost): Target {
       config.inputs.map((i) => i.name),
       spec.input,
     );
-    const rows = rowsFile((spec.items as { rows: string }).rows, host.allowedRoots);
+    const { rows: path, tensor } = spec.items as { rows: string; tensor?: string };
+    const rows = rowsFile(path, host.allowedRoots, tensor);
     checkRows(what, config.inputs.find((i) => i.name === input) as ModelConfig['inputs'][number], rows);
     return { ...common, input, rows };
   }
@@ -111,18 +111,22 @@ function pickInput(what: string, inputs: string[], wanted: string | undefined): 
 }
 
 /** The rows' dtype and row shape against the input's spec, before anything runs. */
-function checkRows(what: string, spec: ModelConfig['inputs'][number], rows: { path: string; layout: NpyLayout }): void {
+function checkRows(what: string, spec: ModelConfig['inputs'][number], rows: RowsFile): void {
   const { dtype, shape } = rows.layout;
   if (dtype !== spec.dtype)
-    throw tgError('DTYPE_MISMATCH', `${rows.path} holds ${dtype}; ${what}'s input "${spec.name}" takes ${spec.dtype}`, {
-      input: spec.name,
-    });
+    throw tgError(
+      'DTYPE_MISMATCH',
+      `${rows.label} holds ${dtype}; ${what}'s input "${spec.name}" takes ${spec.dtype}`,
+      {
+        input: spec.name,
+      },
+    );
   const row = shape.slice(1);
   const want = spec.shape.slice(1);
   if (row.length !== want.length || row.some((d, i) => want[i] !== -1 && want[i] !== d))
     throw tgError(
       'SHAPE_MISMATCH',
-      `${rows.path} holds rows of shape [${row.join(', ')}]; ${what}'s input "${spec.name}" takes [${spec.shape.join(', ')}] (the first dimension is the rows)`,
+      `${rows.label} holds rows of shape [${row.join(', ')}]; ${what}'s input "${spec.name}" takes [${spec.shape.join(', ')}] (the first dimension is the rows)`,
       { input: spec.name },
     );
 }

@@ -62,7 +62,7 @@ export function jobLine(job: JobInfo): string {
 }
 
 /** The job's summary, with a link to its results file for clients that open files. */
-function jobResult(job: JobInfo): CallToolResult {
+export function jobResult(job: JobInfo): CallToolResult {
   const result = jsonResult(jobLine(job), { ...job });
   result.content.push({
     type: 'resource_link',
@@ -101,7 +101,7 @@ async function waitForJob(gateway: Gateway, job: JobInfo, ctx: ServerContext): P
   }
 }
 
-const StartJobArgs = JobSpecSchema.extend({
+export const StartJobArgs = JobSpecSchema.extend({
   wait: z
     .boolean()
     .default(false)
@@ -113,7 +113,7 @@ const StartJobArgs = JobSpecSchema.extend({
 export function registerJobTools(server: McpServer, gateway: Gateway): void {
   const register = schemaSharingRegistrar(server);
 
-  register(
+  const startJob = register(
     'start_job',
     () => ({
       title: 'Start a batch job',
@@ -133,6 +133,8 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
       }
     },
   );
+  // 2025-11-25 sessions may call it as a task (job-tasks.ts); McpServer's registerTool takes no `execution`.
+  startJob.execution = { taskSupport: 'optional' };
 
   register(
     'get_job',

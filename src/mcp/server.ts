@@ -1,6 +1,7 @@
 import { McpServer } from '@modelcontextprotocol/server';
 import type { Gateway } from '../gateway.js';
 import { VERSION } from '../version.js';
+import { registerJobTasks } from './job-tasks.js';
 import { registerJobTools } from './job-tools.js';
 import { registerModelTools } from './model-tools.js';
 import { registerMonitorTools } from './monitor-tools.js';
@@ -22,6 +23,7 @@ export function createMcpServer(gateway: Gateway, { live = false }: { live?: boo
         'tensorgate serves PyTorch models. Models that take image files have a tool of their own, named after the model (pass the path of the file). For the others call list_models, then describe_model to learn input names, dtypes and shapes, then infer. get_metrics shows latency, traffic and errors per model; explain_latency says where the time of a model (or of one request) goes and what to change. Outputs come back as summaries plus tensor:// handles you can pass as later inputs. list_workflows and run_workflow run a whole graph of models server-side in one call. To run a model over many files or texts, start_job runs it server-side and writes the answers to a file; get_job reports progress. Training runs attached with tensorgate.train: list_runs, get_run, then set_hyperparameters or control_run.',
     },
   );
+  registerJobTasks(server, gateway); // before any tool: it wraps the tools/call handler
   registerTools(server, gateway);
   registerResources(server, gateway);
   registerWorkflowTools(server, gateway);

@@ -8,11 +8,11 @@ import type { TensorSpec } from '../registry/model-config.js';
 import { base64Source } from '../tensor/base64.js';
 import { isDType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
-import { npyFileSource } from '../tensor/npy-file.js';
 import { decodeSafetensors } from '../tensor/safetensors.js';
 import { reshapeSource, type TensorSource, tensorSource } from '../tensor/source.js';
 import { TENSOR_URI_PREFIX, type TensorStore } from '../tensor/store.js';
 import type { Tensor } from '../tensor/tensor.js';
+import { npyFileSource } from '../tensor/tensor-file.js';
 import { TENSOR_INPUT_FORMS } from './inference-request.js';
 
 /**

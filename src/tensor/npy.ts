@@ -65,8 +65,11 @@ function parseShape(header: string): number[] {
   });
 }
 
-/** Where a `.npy` file's data starts and what it holds, from its first bytes. */
-export interface NpyLayout {
+/**
+ * Where an array's data lies in a file and what it holds: a `.npy` file's (from its first bytes), or
+ * one tensor's of a `.safetensors` file (from its header). `dataStart` counts from the file's start.
+ */
+export interface TensorLayout {
   dtype: DType;
   shape: number[];
   dataStart: number;
@@ -78,7 +81,7 @@ export interface NpyLayout {
  * them, or at least the whole header); `fileBytes` is the file's full size, checked against the
  * header so that a truncated or padded file is refused before any data is read.
  */
-export function parseNpyLayout(head: Uint8Array, fileBytes: number): NpyLayout {
+export function parseNpyLayout(head: Uint8Array, fileBytes: number): TensorLayout {
   if (head.byteLength < 10 || !MAGIC.equals(head.subarray(0, 6))) {
     throw bad('not a .npy file (no \\x93NUMPY magic at the start); write it with numpy.save');
   }

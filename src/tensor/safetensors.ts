@@ -6,6 +6,7 @@
  */
 import { tgError } from '../errors.js';
 import { DTYPES, dtypeFromSafetensors, dtypeSize, safetensorsDType } from './dtype.js';
+import type { TensorLayout } from './npy.js';
 import { byteLength, checkShape, makeTensor, type Tensor } from './tensor.js';
 
 const MAX_HEADER_BYTES = 100_000_000;
@@ -53,28 +54,35 @@ function parseEntry(name: string, info: unknown): Entry {
   return { name, begin, end, tensor: { dtype, shape } };
 }
 
-function readHeader(bytes: Uint8Array): { header: Record<string, unknown>; dataStart: number } {
-  if (bytes.byteLength < 8) throw bad(`the file is ${bytes.byteLength} bytes, too short for the 8-byte header length`);
-  const n = new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true);
-  if (n > BigInt(Math.min(MAX_HEADER_BYTES, bytes.byteLength - 8))) {
-    throw bad(`the header length ${n} runs past the end of the ${bytes.byteLength}-byte file (or the 100 MB cap)`);
+/** The header's length, from the file's first 8 bytes, checked against the file's size. */
+export function safetensorsHeaderBytes(first8: Uint8Array, fileBytes: number): number {
+  if (fileBytes < 8) throw bad(`the file is ${fileBytes} bytes, too short for the 8-byte header length`);
+  const n = new DataView(first8.buffer, first8.byteOffset, 8).getBigUint64(0, true);
+  if (n > BigInt(Math.min(MAX_HEADER_BYTES, fileBytes - 8))) {
+    throw bad(`the header length ${n} runs past the end of the ${fileBytes}-byte file (or the 100 MB cap)`);
   }
-  const dataStart = 8 + Number(n);
+  return Number(n);
+}
+
+/**
+ * Every tensor's layout in a `.safetensors` file, in header order. `head` holds the file's first
+ * bytes, at least the 8-byte length and the header; `fileBytes` is the file's full size. The header
+ * is validated as the reference implementation does: the tensors cover the data contiguously,
+ * without holes or overlaps, up to the file's end.
+ */
+export function parseSafetensorsLayouts(head: Uint8Array, fileBytes: number): Map<string, TensorLayout> {
+  const n = safetensorsHeaderBytes(head, fileBytes);
+  const dataStart = 8 + n;
+  if (head.byteLength < dataStart) throw bad(`the header is ${n} bytes but only ${head.byteLength - 8} were given`);
   let header: unknown;
   try {
-    header = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset + 8, Number(n)).toString('utf8'));
+    header = JSON.parse(Buffer.from(head.buffer, head.byteOffset + 8, n).toString('utf8'));
   } catch (err) {
     throw bad(`the header is not valid JSON (${(err as Error).message})`);
   }
   if (header === null || typeof header !== 'object' || Array.isArray(header)) {
     throw bad('the header must be a JSON object mapping tensor names to {dtype, shape, data_offsets}');
   }
-  return { header: header as Record<string, unknown>, dataStart };
-}
-
-/** Reads every tensor of a `.safetensors` file, in header order; each one's data is a view into `bytes`. */
-export function decodeSafetensors(bytes: Uint8Array): Map<string, Tensor> {
-  const { header, dataStart } = readHeader(bytes);
   const entries = Object.entries(header)
     .filter(([name]) => name !== METADATA_KEY)
     .map(([name, info]) => parseEntry(name, info));
@@ -87,20 +95,26 @@ export function decodeSafetensors(bytes: Uint8Array): Map<string, Tensor> {
     }
     cursor = e.end;
   }
-  const dataLen = bytes.byteLength - dataStart;
+  const dataLen = fileBytes - dataStart;
   if (cursor !== dataLen) {
     throw bad(
       `the tensors cover ${cursor} bytes but the file holds ${dataLen} after the header; it is truncated or padded`,
-      {
-        expected: cursor,
-        got: dataLen,
-      },
+      { expected: cursor, got: dataLen },
     );
   }
+  return new Map(
+    entries.map((e) => [
+      e.name,
+      { ...e.tensor, shape: [...e.tensor.shape], dataStart: dataStart + e.begin, dataBytes: e.end - e.begin },
+    ]),
+  );
+}
+
+/** Reads every tensor of a `.safetensors` file, in header order; each one's data is a view into `bytes`. */
+export function decodeSafetensors(bytes: Uint8Array): Map<string, Tensor> {
   const out = new Map<string, Tensor>();
-  for (const e of entries) {
-    const data = bytes.subarray(dataStart + e.begin, dataStart + e.end);
-    out.set(e.name, makeTensor(e.tensor.dtype, e.tensor.shape, data));
+  for (const [name, { dtype, shape, dataStart, dataBytes }] of parseSafetensorsLayouts(bytes, bytes.byteLength)) {
+    out.set(name, makeTensor(dtype, shape, bytes.subarray(dataStart, dataStart + dataBytes)));
   }
   return out;
 }

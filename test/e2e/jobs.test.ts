@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { parse as parseCsv } from 'csv-parse/sync';
 import { encodeNpy } from '../../src/tensor/npy.js';
+import { encodeSafetensors } from '../../src/tensor/safetensors.js';
 import { makeTensor } from '../../src/tensor/tensor.js';
 import { type Connected, connect, waitForUrl } from '../helpers/mcp.js';
 import { ensureDigitsModels, ensureTestModels, ROOT } from '../helpers/models.js';
@@ -80,6 +81,39 @@ async function until(client: Client, id: string, done: (j: Job) => boolean, time
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/** What test/fixtures/mcp_task_client.py reports. */
+interface TaskReport {
+  protocol_version: string;
+  capability: unknown;
+  task_support: Record<string, string | null>;
+  created: { taskId: string; status: string; ttl: number | null; pollInterval?: number };
+  polled: string[];
+  result: {
+    isError: boolean | null;
+    structured: Job;
+    text: string;
+    links: string[];
+    related_task: unknown;
+  };
+  listed: string[];
+  cancelled: { status: string };
+  cancelled_get: string;
+  cancelled_job: Job;
+  cancel_again: RpcError | null;
+  cancelled_result_state: string;
+  not_a_task_tool: RpcError | null;
+  unknown_task: RpcError | null;
+  outside_roots: RpcError | null;
+  plain_list_jobs: number;
+}
+interface RpcError {
+  code: number;
+  message: string;
+}
+
+/** The Python environment with the MCP Python SDK (scripts/install-python-clients.sh). */
+const PYCLIENTS = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
 
 function lines(path: string): Line[] {
   return readFileSync(path, 'utf8')
@@ -346,6 +380,57 @@ describe('batch jobs over MCP', () => {
     assertEachOnce(lines(results), files.length);
   });
 
+  it('runs as an MCP task for a client with task support (the MCP Python SDK): get, result, list, cancel', async () => {
+    assert.ok(existsSync(PYCLIENTS), 'the MCP Python SDK is missing: run bash scripts/install-python-clients.sh');
+    const results = join(server.workDir, 'task.jsonl');
+    const longResults = join(server.workDir, 'task-cancelled.jsonl');
+    const config = {
+      folder: inbox,
+      pattern: 'digit-0*.png',
+      results,
+      long_files: Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat(),
+      long_results: longResults,
+      outside: tmpdir(),
+    };
+    const configFile = join(server.workDir, 'task-client.json');
+    writeFileSync(configFile, JSON.stringify(config));
+    const client = join(ROOT, 'test/fixtures/mcp_task_client.py');
+    const out = await run(PYCLIENTS, [client, server.url as string, configFile], { timeout: 120_000 });
+    const report = JSON.parse(out.stdout) as TaskReport;
+    assert.equal(report.protocol_version, '2025-11-25');
+    assert.deepEqual(report.capability, { list: {}, cancel: {}, requests: { tools: { call: {} } } });
+    assert.equal(report.task_support.start_job, 'optional');
+    assert.equal(report.task_support.get_job, null);
+
+    const expected = pngs.filter((p) => p.startsWith('digit-0')).length;
+    assert.equal(report.created.status, 'working');
+    assert.equal(report.created.ttl, null, 'a task lives as long as its job record');
+    assert.equal(report.created.pollInterval, 1000);
+    assert.equal(report.polled.at(-1), 'completed');
+    assert.equal(report.result.isError, false);
+    assert.equal(report.result.structured.id, report.created.taskId);
+    assert.equal(report.result.structured.state, 'completed');
+    assert.equal(report.result.structured.done, expected);
+    assert.deepEqual(report.result.related_task, { taskId: report.created.taskId });
+    assert.deepEqual(report.result.links, [`file://${results}`]);
+    assertEachOnce(lines(results), expected);
+    assert.ok(report.listed.includes(report.created.taskId));
+
+    assert.equal(report.cancelled.status, 'cancelled');
+    assert.equal(report.cancelled_get, 'cancelled');
+    assert.equal(report.cancelled_result_state, 'cancelled');
+    assert.ok(report.cancelled_job.done < config.long_files.length, 'it stopped before the end');
+    assertEachOnce(lines(longResults), report.cancelled_job.done);
+    assert.equal(report.cancel_again?.code, -32602);
+    assert.match(report.cancel_again?.message ?? '', /already cancelled/);
+
+    assert.equal(report.not_a_task_tool?.code, -32601);
+    assert.match(report.not_a_task_tool?.message ?? '', /list_models does not run as a task/);
+    assert.match(report.unknown_task?.message ?? '', /^JOB_NOT_FOUND: /);
+    assert.match(report.outside_roots?.message ?? '', /^PATH_NOT_ALLOWED: /);
+    assert.ok(report.plain_list_jobs >= 2);
+  });
+
   it('pauses with DISK_FULL when the disk refuses its writes, and resumes once there is room', async () => {
     // The results path is a link to /dev/full: every write to it fails with ENOSPC, as on a full disk.
     const results = join(server.workDir, 'full.jsonl');
@@ -455,6 +540,56 @@ describe("a batch job over an array's rows, for a model that takes tensors", () 
     );
     await refused('row_sum', { folder: server.workDir }, /^BAD_PARAMETER: .*takes tensors, not files or texts/);
     await refused('row_sum', { rows: '/etc/hostname' }, /^PATH_NOT_ALLOWED: /);
+  });
+
+  it("answers each row of a .safetensors file's tensor, named when the file holds several", async () => {
+    const rows = 120;
+    const width = 5;
+    const values = Float32Array.from({ length: rows * width }, (_, i) => ((i * 104729) % 997) / 50 - 10);
+    const ids = BigInt64Array.from({ length: rows }, (_, i) => BigInt(i));
+    const file = join(server.workDir, 'features.safetensors');
+    writeFileSync(
+      file,
+      encodeSafetensors({
+        features: makeTensor('float32', [rows, width], new Uint8Array(values.buffer)),
+        ids: makeTensor('int64', [rows], new Uint8Array(ids.buffer)),
+      }),
+    );
+    const results = join(server.workDir, 'safetensors-sums.jsonl');
+    const finished = await job(server.client, 'start_job', {
+      model: 'row_sum',
+      items: { rows: file, tensor: 'features' },
+      results,
+      batch: 16,
+      wait: true,
+    });
+    assert.equal(finished.state, 'completed', finished.error);
+    const found = lines(results) as (Line & { outputs?: { sum: number[] } })[];
+    assertEachOnce(found, rows);
+    found.forEach((line, r) => {
+      const expected = values.slice(r * width, (r + 1) * width).reduce((a, b) => a + b, 0);
+      assert.equal(line.item, `${file}:features[${r}]`);
+      assert.ok(Math.abs((line.outputs?.sum[0] ?? Number.NaN) - expected) < 1e-4, `row ${r}: ${line.outputs?.sum}`);
+    });
+
+    const refused = async (items: unknown, pattern: RegExp) => {
+      const result = await call(server.client, 'start_job', {
+        model: 'row_sum',
+        items,
+        results: join(server.workDir, 'refused.jsonl'),
+      });
+      assert.equal(result.isError, true, result.text);
+      assert.match(result.text, pattern);
+    };
+    await refused({ rows: file }, /^BAD_PARAMETER: items\.rows: .* holds the tensors features, ids; name the one/);
+    await refused(
+      { rows: file, tensor: 'nope' },
+      /^BAD_PARAMETER: items\.rows: .* has no tensor "nope"; it holds features, ids/,
+    );
+    await refused({ rows: file, tensor: 'ids' }, /^DTYPE_MISMATCH: .*:ids holds int64; model "row_sum"'s input/);
+    const truncated = join(server.workDir, 'truncated.safetensors');
+    writeFileSync(truncated, readFileSync(file).subarray(0, 200));
+    await refused({ rows: truncated }, /^BAD_TENSOR: \.safetensors: /);
   });
 });
 

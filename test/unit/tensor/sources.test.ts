@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { base64Source } from '../../../src/tensor/base64.js';
 import { encodeNpy } from '../../../src/tensor/npy.js';
-import { npyFileSource } from '../../../src/tensor/npy-file.js';
+import { npyFileSource } from '../../../src/tensor/tensor-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tg-src-'));
 const values = new Float32Array([1.5, -2, 3.25, 4]);

@@ -1,14 +1,15 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 import { tgError } from '../errors.js';
-import { type NpyLayout, parseNpyLayout } from './npy.js';
+import { parseNpyLayout, type TensorLayout } from './npy.js';
+import { parseSafetensorsLayouts, safetensorsHeaderBytes } from './safetensors.js';
 import { type TensorSource, tensorSource } from './source.js';
 import { makeTensor } from './tensor.js';
 
 /**
- * A `.npy` file as a tensor source: the header is read and checked now (dtype, shape, exact file
- * size), the data is read later, straight into its destination with one read(2). Nothing is
- * allocated for the data on the gateway side, except for a file of at most 4 KiB, which the
- * header's read brings in whole.
+ * Arrays in files, read without loading the file whole. A `.npy` file as a tensor source: the
+ * header is read and checked now (dtype, shape, exact file size), the data is read later, straight
+ * into its destination with one read(2). Nothing is allocated for the data on the gateway side,
+ * except for a file of at most 4 KiB, which the header's read brings in whole.
  */
 
 const FIRST_READ = 4096;
@@ -41,12 +42,24 @@ export function npyFileSource(path: string, fileBytes: number): TensorSource {
   };
 }
 
+/** Each tensor's layout in a `.safetensors` file, its header read and checked against the file's size. */
+export function readSafetensorsLayouts(path: string, fileBytes: number): Map<string, TensorLayout> {
+  const fd = openSync(path, 'r');
+  try {
+    const first8 = readAt(fd, Buffer.alloc(Math.min(8, fileBytes)), 0);
+    const headerBytes = safetensorsHeaderBytes(first8, fileBytes);
+    return parseSafetensorsLayouts(readAt(fd, Buffer.allocUnsafe(8 + headerBytes), 0), fileBytes);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** A `.npy` file's layout, its header read and checked against the file's size. */
-export function readNpyLayout(path: string, fileBytes: number): NpyLayout {
+export function readNpyLayout(path: string, fileBytes: number): TensorLayout {
   return readHead(path, fileBytes).layout;
 }
 
-function readHead(path: string, fileBytes: number): { layout: NpyLayout; head: Buffer } {
+function readHead(path: string, fileBytes: number): { layout: TensorLayout; head: Buffer } {
   const fd = openSync(path, 'r');
   try {
     let head = readAt(fd, Buffer.allocUnsafe(Math.min(fileBytes, FIRST_READ)), 0);
@@ -62,10 +75,11 @@ function readHead(path: string, fileBytes: number): { layout: NpyLayout; head: B
 }
 
 /**
- * Rows `start` to `start + count` of a `.npy` file's first dimension as a tensor source: read
+ * Rows `start` to `start + count` of an array's first dimension in a file (a `.npy` file, or one
+ * tensor of a `.safetensors` file) as a tensor source: read
  * straight into their destination with one read(2) when filled (a batch job's request).
  */
-export function npyRowsSource(path: string, layout: NpyLayout, start: number, count: number): TensorSource {
+export function fileRowsSource(path: string, layout: TensorLayout, start: number, count: number): TensorSource {
   const rowBytes = layout.shape[0] ? layout.dataBytes / layout.shape[0] : 0;
   const byteLength = rowBytes * count;
   return {
