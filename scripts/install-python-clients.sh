@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the third-party Python programs the tests drive tensorgate with or against, each in a
 # virtual environment of its own (git-ignored), apart from tensorgate's runtime:
-#   .tensorgate/pyclients  Triton's tritonclient (HTTP and gRPC), prometheus-client and the MCP
-#                          Python SDK (its task client), pinned by
+#   .tensorgate/pyclients  Triton's tritonclient (HTTP and gRPC), prometheus-client, the MCP
+#                          Python SDK (its task client) and pyarrow, pinned by
 #                          scripts/test-tools/python-clients.txt (test/e2e/oip.test.ts and others)
 #   .tensorgate/kserve     the KServe model server, pinned by scripts/test-tools/kserve.txt, over
 #                          the runtime's torch (test/e2e/remote-kserve.test.ts, bench/remote)

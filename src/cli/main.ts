@@ -217,10 +217,10 @@ const job = program
   );
 job
   .command('start')
-  .description('start a job and print its id; the answers go to RESULTS, one line per item (JSONL or CSV)')
+  .description('start a job and print its id; the answers go to RESULTS, one line per item (JSONL, CSV or Parquet)')
   .argument('<name>', 'a model with processing (or, with --workflow, a workflow taking files)')
   .option('--workflow', 'NAME is a workflow, run once per item')
-  .requiredOption('--results <file>', 'the .jsonl or .csv file to write (absolute, under an allowed root)')
+  .requiredOption('--results <file>', 'the .jsonl, .csv or .parquet file to write (absolute, under an allowed root)')
   .option('--folder <dir>', "the folder's files are the items")
   .option('--pattern <glob>', 'with --folder: only files whose name matches, e.g. "*.jpg"')
   .option('--recursive', 'with --folder: files in subfolders too')

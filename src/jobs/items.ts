@@ -222,13 +222,13 @@ export function rowsFile(path: string, roots: string[], tensor?: string): RowsFi
 }
 
 /**
- * Where results may be written: an absolute .jsonl or .csv path whose folder exists under the allowed
+ * Where results may be written: an absolute .jsonl, .csv or .parquet path whose folder exists under the allowed
  * roots; an existing file only when `overwrite`, and a link only when what it leads to is under
  * the roots too. Answers the path with its folder resolved.
  */
 export function checkResultsPath(path: string, roots: string[], overwrite: boolean): string {
-  if (!isAbsolute(path) || !/\.(jsonl|csv)$/i.test(path))
-    throw tgError('BAD_PARAMETER', `results: "${path}" must be an absolute path ending in .jsonl or .csv`, {
+  if (!isAbsolute(path) || !/\.(jsonl|csv|parquet)$/i.test(path))
+    throw tgError('BAD_PARAMETER', `results: "${path}" must be an absolute path ending in .jsonl, .csv or .parquet`, {
       parameter: 'results',
     });
   const folder = dirname(path);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions, TensorInferenceRequest, TensorInferenceResult } from '../gateway.js';
 import type { JobRecord, RegistryStore } from '../registry/store.js';
@@ -9,7 +9,8 @@ import { fileRowsSource } from '../tensor/tensor-file.js';
 import type { WorkflowOutputValue } from '../workflows/executor.js';
 import { answerOf, rowOf, workflowAnswer } from './answers.js';
 import { checkResultsPath, listItems, resultsTarget } from './items.js';
-import { type Line, resultsFormat } from './results-format.js';
+import { writeParquetResults } from './parquet-results.js';
+import { type Line, linesPathOf, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 import { resolveTarget, type Target, type TargetHost } from './target.js';
 
@@ -151,9 +152,12 @@ export class JobManager {
       createdBy: actor,
       updatedAt: now,
     };
-    // Created (emptied when overwriting) before the job is recorded: a resume finds it there.
+    // Created (emptied when overwriting) before the job is recorded: a resume finds it there. A
+    // Parquet job commits to its lines file; the results file it replaces goes now, not at the end.
     try {
-      writeFileSync(results, resultsFormat(results).header);
+      const linesPath = linesPathOf(results);
+      if (linesPath !== results) rmSync(results, { force: true });
+      writeFileSync(linesPath, resultsFormat(results).header);
     } catch (err) {
       throw diskError(err, results, 'start');
     }
@@ -181,7 +185,16 @@ export class JobManager {
     const live = this.running.get(id);
     if (!live) {
       const record = await this.recorded(id, false); // JOB_NOT_FOUND when unknown
-      if (record.state === 'paused') await this.host.store.updateJob(id, 'cancelled', record.progress, record.error);
+      if (record.state === 'paused') {
+        // A Parquet job's file is written from what was committed; if even that fails, the lines stay.
+        const spec = JobSpecSchema.parse(record.spec);
+        const error = await this.writeFinalResults(spec);
+        const why = error
+          ? `${error.code}: the Parquet results could not be written (${error.message}); the committed lines are in ${linesPathOf(spec.results)}`
+          : record.error;
+        await this.host.store.updateJob(id, 'cancelled', record.progress, why);
+        if (!error && linesPathOf(spec.results) !== spec.results) rmSync(linesPathOf(spec.results), { force: true });
+      }
       return this.get(id); // a finished job stays as it finished
     }
     live.stopping ??= 'cancel';
@@ -297,6 +310,10 @@ export class JobManager {
   }
 
   private async finish(job: Running): Promise<void> {
+    if (job.stopping !== 'shutdown' && !(typeof job.stopping === 'object' && 'paused' in job.stopping)) {
+      const error = await this.writeFinalResults(job.spec);
+      if (error) job.stopping = error.code === 'DISK_FULL' ? { paused: error } : { failed: error.message };
+    }
     this.running.delete(job.record.id);
     const { stopping } = job;
     if (stopping === 'shutdown') return; // resumed at the next start
@@ -325,6 +342,9 @@ export class JobManager {
         error: (err as Error).message,
       });
     }
+    // The lines file of a format written at the end is no longer needed once the end is recorded.
+    const linesPath = linesPathOf(job.spec.results);
+    if (linesPath !== job.spec.results && state !== 'paused') rmSync(linesPath, { force: true });
     this.host.log(`batch job ${state}`, {
       level: state === 'failed' ? 'error' : state === 'paused' ? 'warn' : 'info',
       job: job.record.id,
@@ -333,6 +353,26 @@ export class JobManager {
       failed: job.record.progress.failed,
       ...(error ? { error } : {}),
     });
+  }
+
+  /**
+   * Writes a Parquet job's results file from its committed lines, when it completes, fails or is
+   * cancelled; answers what went wrong, if anything. A full disk pauses a running job instead
+   * (resume_job writes the file again once there is room); a crash before the end is recorded
+   * writes it again at the resume.
+   */
+  private async writeFinalResults(spec: JobSpec): Promise<TensorgateError | undefined> {
+    const linesPath = linesPathOf(spec.results);
+    if (linesPath === spec.results) return undefined;
+    try {
+      await writeParquetResults(
+        resultsTarget(linesPath, this.host.allowedRoots),
+        resultsTarget(spec.results, this.host.allowedRoots),
+      );
+      return undefined;
+    } catch (err) {
+      return diskError(err, spec.results, 'commit');
+    }
   }
 
   /**
@@ -358,7 +398,7 @@ export class JobManager {
     const { batch, lanes } = target;
     const progress = record.progress;
     // Checked at every (re)start: a link there may have been pointed elsewhere since.
-    const fd = openSync(resultsTarget(spec.results, this.host.allowedRoots), 'r+');
+    const fd = openSync(resultsTarget(linesPathOf(spec.results), this.host.allowedRoots), 'r+');
     try {
       // Anything after the last commit was written by a run that did not get to record it.
       if (fstatSync(fd).size !== progress.results_bytes) ftruncateSync(fd, progress.results_bytes);

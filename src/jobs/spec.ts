@@ -76,7 +76,7 @@ export const JobSpecSchema = z
       .string()
       .min(1)
       .describe(
-        'where to write the answers, one line per item: an absolute path under the allowed roots ending in .jsonl (each answer whole) or .csv (top label, score, text, error, and the answer as JSON)',
+        "where to write the answers, one line per item: an absolute path under the allowed roots ending in .jsonl (each answer whole), .csv (top label, score, text, error, and the answer as JSON) or .parquet (the CSV's columns, written when the job ends)",
       ),
     overwrite: z.boolean().default(false).describe('replace a results file that exists (refused otherwise)'),
     /** Items per request (a model's max_batch_size when absent); for a workflow, runs at once (8). */

@@ -1,4 +1,4 @@
-import { basename } from 'node:path';
+import { basename, extname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
 import { z } from 'zod';
@@ -27,7 +27,9 @@ export const JobOut = z.object({
   state: z.enum(['running', 'paused', 'completed', 'failed', 'cancelled']),
   results: z
     .string()
-    .describe('the JSONL (or CSV) file the answers go to, one line per item: {"index", "item", answer or "error"}'),
+    .describe(
+      'the JSONL, CSV or Parquet file the answers go to, one line (row) per item: {"index", "item", answer or "error"}; a Parquet file is written when the job ends',
+    ),
   items: z.number().int(),
   done: z.number().int().describe('items whose line is written, failed ones included'),
   failed: z.number().int(),
@@ -61,6 +63,8 @@ export function jobLine(job: JobInfo): string {
   return `job ${job.id} (${runs}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
 }
 
+const RESULTS_MIME_TYPES: Record<string, string> = { '.csv': 'text/csv', '.parquet': 'application/vnd.apache.parquet' };
+
 /** The job's summary, with a link to its results file for clients that open files. */
 export function jobResult(job: JobInfo): CallToolResult {
   const result = jsonResult(jobLine(job), { ...job });
@@ -68,7 +72,7 @@ export function jobResult(job: JobInfo): CallToolResult {
     type: 'resource_link',
     uri: pathToFileURL(job.results).href,
     name: basename(job.results),
-    mimeType: job.results.toLowerCase().endsWith('.csv') ? 'text/csv' : 'application/jsonl',
+    mimeType: RESULTS_MIME_TYPES[extname(job.results).toLowerCase()] ?? 'application/jsonl',
     description: `the answers of job ${job.id}, one line per item in item order`,
   });
   return result;
@@ -118,7 +122,7 @@ export function registerJobTools(server: McpServer, gateway: Gateway): void {
     () => ({
       title: 'Start a batch job',
       description:
-        'Runs a model (or a workflow) that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, each line of a text file, or a column of a JSONL, CSV or Parquet table. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL or CSV results file, one line per item, and get_job reports progress. Use it instead of calling a model once per item.',
+        'Runs a model (or a workflow) that takes files or texts over many of them server-side: every file of a folder (optionally matching a pattern), a list of files, each line of a text file, or a column of a JSONL, CSV or Parquet table. Returns a job id at once (with "wait": true, when the job stops, with progress notifications meanwhile); the answers go to a JSONL, CSV or Parquet results file, one line (row) per item, and get_job reports progress. Use it instead of calling a model once per item.',
       inputSchema: StartJobArgs,
       outputSchema: JobOut,
       annotations: { readOnlyHint: false, idempotentHint: false, openWorldHint: false },

@@ -112,8 +112,30 @@ interface RpcError {
   message: string;
 }
 
-/** The Python environment with the MCP Python SDK (scripts/install-python-clients.sh). */
+/** The Python environment with the MCP Python SDK and pyarrow (scripts/install-python-clients.sh). */
 const PYCLIENTS = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
+
+interface ParquetRow {
+  index: number;
+  item: string;
+  label: string | null;
+  score: number | null;
+  error: string | null;
+  error_message: string | null;
+  answer: string | null;
+}
+
+/** A Parquet file as Apache Arrow reads it: each column's type, and the rows. */
+async function readParquet(path: string): Promise<{ types: Record<string, string>; rows: ParquetRow[] }> {
+  const script = [
+    'import json, sys, pyarrow.parquet as pq',
+    't = pq.read_table(sys.argv[1])',
+    'rows = [{k: (v if v is None or isinstance(v, (int, float, str)) else json.dumps(v)) for k, v in r.items()} for r in t.to_pylist()]',
+    'print(json.dumps({"types": {f.name: str(f.type) for f in t.schema}, "rows": rows}))',
+  ].join('\n');
+  const { stdout } = await run(PYCLIENTS, ['-c', script, path], { maxBuffer: 64 * 1024 * 1024 });
+  return JSON.parse(stdout) as { types: Record<string, string>; rows: ParquetRow[] };
+}
 
 function lines(path: string): Line[] {
   return readFileSync(path, 'utf8')
@@ -210,6 +232,63 @@ describe('batch jobs over MCP', () => {
     assert.match(rows[3]?.error_message ?? '', /corrupt|truncated/);
   });
 
+  it('writes Parquet when the results file ends in .parquet: the CSV columns, read back with pyarrow', async () => {
+    assert.ok(existsSync(PYCLIENTS), 'pyarrow is missing: run bash scripts/install-python-clients.sh');
+    const results = join(server.workDir, 'digits.parquet');
+    const files = [...pngs.map((p) => join(inbox, p)), join(inbox, 'digit-broken.png')];
+    const finished = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, wait: true });
+    assert.equal(finished.state, 'completed', finished.error);
+    assert.equal(existsSync(`${results}.partial.jsonl`), false, 'the lines file goes once the table is written');
+    const table = await readParquet(results);
+    assert.deepEqual(table.types, {
+      index: 'int64',
+      item: 'string',
+      label: 'string',
+      score: 'double',
+      text: 'string',
+      error: 'string',
+      error_message: 'string',
+      answer: table.types.answer === 'extension<arrow.json>' ? 'extension<arrow.json>' : 'string',
+    });
+    assert.deepEqual(
+      table.rows.map((r) => [r.index, r.item]),
+      files.map((f, i) => [i, f]),
+    );
+    let right = 0;
+    for (const [i, png] of pngs.entries()) {
+      const row = table.rows[i] as ParquetRow;
+      assert.equal(row.error, null);
+      const answer = JSON.parse(row.answer as string) as { predictions: { label: string; score: number }[] };
+      assert.equal(answer.predictions[0]?.label, row.label);
+      assert.equal(answer.predictions[0]?.score, row.score);
+      if (row.label === String(labels[png])) right++;
+    }
+    assert.ok(right >= 0.97 * pngs.length, `${right} of ${pngs.length} digits read right`);
+    const broken = table.rows.at(-1) as ParquetRow;
+    assert.equal(broken.error, 'BAD_IMAGE');
+    assert.match(broken.error_message ?? '', /corrupt|truncated/);
+    assert.equal(broken.label, null);
+
+    // Cancelled mid-job: the table holds exactly the committed items, in order.
+    const cancelledResults = join(server.workDir, 'cancelled.parquet');
+    const many = Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const started = await job(server.client, 'start_job', {
+      model: 'digits',
+      items: { files: many },
+      results: cancelledResults,
+      batch: 4,
+    });
+    await until(server.client, started.id, (j) => j.done > 0);
+    assert.equal(existsSync(cancelledResults), false, 'a Parquet file is written when the job ends');
+    const cancelled = await job(server.client, 'cancel_job', { id: started.id });
+    assert.equal(cancelled.state, 'cancelled');
+    const partial = await readParquet(cancelledResults);
+    assert.deepEqual(
+      partial.rows.map((r) => r.index),
+      Array.from({ length: cancelled.done }, (_, i) => i),
+    );
+  });
+
   it('is started, watched and listed from the CLI against the running server', async () => {
     const results = join(server.workDir, 'cli.jsonl');
     const cli = (...args: string[]) =>
@@ -250,7 +329,7 @@ describe('batch jobs over MCP', () => {
     await refused(
       { items: { folder: inbox }, results: 'relative.jsonl' },
       'BAD_PARAMETER',
-      /absolute path ending in \.jsonl or \.csv/,
+      /absolute path ending in \.jsonl, \.csv or \.parquet/,
     );
     await refused({ model: 'nope', items: { folder: inbox } }, 'MODEL_NOT_FOUND', /nope/);
     assert.equal(readFileSync(results, 'utf8'), 'already here\n', 'a refused job writes nothing');
