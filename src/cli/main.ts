@@ -233,6 +233,7 @@ job
   .option('--version <v>', 'version (default: the model default)')
   .option('--batch <n>', 'items per request (default: the model batch size)', positiveInt)
   .option('--max-failures <n>', 'stop once more items than this have failed', Number)
+  .option('--tensors', 'also write each output tensor as a .npy file beside RESULTS, row i = item i')
   .option('--overwrite', 'replace RESULTS if it exists')
   .option('--wait', 'print progress to stderr and the summary once the job stops, rather than at once')
   .option('--url <url>', 'the server MCP endpoint', DEFAULT_URL)
@@ -261,6 +262,7 @@ job
         ...(opts.version ? { version: opts.version } : {}),
         ...(opts.batch ? { batch: opts.batch } : {}),
         ...(opts.maxFailures !== undefined ? { max_failures: opts.maxFailures } : {}),
+        ...(opts.tensors ? { tensors: 'npy' } : {}),
         ...(opts.overwrite ? { overwrite: true } : {}),
         ...(opts.wait ? { wait: true } : {}),
       },

@@ -222,22 +222,28 @@ export function rowsFile(path: string, roots: string[], tensor?: string): RowsFi
 }
 
 /**
- * Where results may be written: an absolute .jsonl, .csv or .parquet path whose folder exists under the allowed
- * roots; an existing file only when `overwrite`, and a link only when what it leads to is under
- * the roots too. Answers the path with its folder resolved.
+ * Where results may be written: an absolute .jsonl, .csv or .parquet path (or, for `tensors`, the
+ * .npy path made from it) whose folder exists under the allowed roots; an existing file only when
+ * `overwrite`, and a link only when what it leads to is under the roots too. Answers the path with
+ * its folder resolved.
  */
-export function checkResultsPath(path: string, roots: string[], overwrite: boolean): string {
-  if (!isAbsolute(path) || !/\.(jsonl|csv|parquet)$/i.test(path))
+export function checkResultsPath(
+  path: string,
+  roots: string[],
+  overwrite: boolean,
+  what: 'results' | 'tensors' = 'results',
+): string {
+  if (what === 'results' && (!isAbsolute(path) || !/\.(jsonl|csv|parquet)$/i.test(path)))
     throw tgError('BAD_PARAMETER', `results: "${path}" must be an absolute path ending in .jsonl, .csv or .parquet`, {
       parameter: 'results',
     });
   const folder = dirname(path);
   if (!existsSync(folder) || !statSync(folder).isDirectory())
-    throw tgError('FILE_NOT_FOUND', `results: the folder ${folder} does not exist on the server`, { path });
+    throw tgError('FILE_NOT_FOUND', `${what}: the folder ${folder} does not exist on the server`, { path });
   const given = join(realpathSync.native(folder), basename(path));
-  const real = resultsTarget(given, roots);
+  const real = resultsTarget(given, roots, what);
   if (existsSync(real) && !overwrite)
-    throw tgError('RESULTS_EXIST', `results: ${path} exists; choose another path or pass "overwrite": true`, {
+    throw tgError('RESULTS_EXIST', `${what}: ${path} exists; choose another path or pass "overwrite": true`, {
       path,
     });
   return given;
@@ -247,7 +253,7 @@ export function checkResultsPath(path: string, roots: string[], overwrite: boole
  * The file a results path writes to: itself, or what a link there leads to, which must be under
  * the allowed roots. Checked whenever a job opens its file, as a link may be repointed meanwhile.
  */
-export function resultsTarget(path: string, roots: string[]): string {
+export function resultsTarget(path: string, roots: string[], what: 'results' | 'tensors' = 'results'): string {
   let real = path;
   if (lstatSync(path, { throwIfNoEntry: false })) {
     try {
@@ -256,7 +262,7 @@ export function resultsTarget(path: string, roots: string[]): string {
       // Writing through a dangling link would create its target wherever it points.
       throw tgError(
         'PATH_NOT_ALLOWED',
-        `results: ${path} is a link that leads nowhere; remove it or point it at a file`,
+        `${what}: ${path} is a link that leads nowhere; remove it or point it at a file`,
         {
           path,
         },
@@ -266,7 +272,7 @@ export function resultsTarget(path: string, roots: string[]): string {
   if (!inside(real, roots))
     throw tgError(
       'PATH_NOT_ALLOWED',
-      `results: ${path}${real === path ? '' : ` leads to ${real}, which`} is outside the allowed roots (${roots.join(', ')}); write it under one of them`,
+      `${what}: ${path}${real === path ? '' : ` leads to ${real}, which`} is outside the allowed roots (${roots.join(', ')}); write it under one of them`,
       { path, roots },
     );
   return real;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import type { NamedTensor } from '../engines/engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions, TensorInferenceRequest, TensorInferenceResult } from '../gateway.js';
 import type { JobRecord, RegistryStore } from '../registry/store.js';
@@ -13,6 +14,7 @@ import { writeParquetResults } from './parquet-results.js';
 import { type Line, linesPathOf, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 import { resolveTarget, type Target, type TargetHost } from './target.js';
+import { type ItemRows, rowsOfItems, TensorFiles, tensorPath, writeAll } from './tensor-files.js';
 
 /**
  * Batch jobs: a model with processing, or a workflow taking files or texts, run over many items,
@@ -28,6 +30,12 @@ import { resolveTarget, type Target, type TargetHost } from './target.js';
  * line is in the file exactly once. A write the disk refuses (full, or the file at its size limit)
  * pauses the job at that same point, to be resumed once there is room.
  */
+
+/** A request's answers: its items' lines, and their output rows when the job writes tensors. */
+interface Answered {
+  lines: Line[];
+  rows: ItemRows[];
+}
 
 /** What the manager needs of the gateway. */
 export interface JobHost extends TargetHost {
@@ -51,6 +59,8 @@ export interface JobInfo {
   version?: string;
   state: JobState;
   results: string;
+  /** With `tensors`: each output's .npy file, row i holding item i. */
+  tensors?: Record<string, string>;
   items: number;
   done: number;
   failed: number;
@@ -130,6 +140,12 @@ export class JobManager {
     const spec = parsed.data;
     const target = resolveTarget(spec, this.host);
     const results = checkResultsPath(spec.results, this.host.allowedRoots, spec.overwrite);
+    const tensorPaths = Object.fromEntries(
+      (target.outputRows ?? []).map(({ name }) => [
+        name,
+        checkResultsPath(tensorPath(results, name), this.host.allowedRoots, spec.overwrite, 'tensors'),
+      ]),
+    );
     const items = 'rows' in spec.items ? [] : await listItems(spec.items, this.host.allowedRoots);
     const total = target.rows ? (target.rows.layout.shape[0] as number) : items.length;
     if (total === 0)
@@ -146,6 +162,7 @@ export class JobManager {
         failed: 0,
         errors: {},
         results_bytes: Buffer.byteLength(resultsFormat(results).header),
+        ...(target.outputRows ? { tensors: tensorPaths } : {}),
       },
       error: null,
       createdAt: now,
@@ -158,6 +175,10 @@ export class JobManager {
       const linesPath = linesPathOf(results);
       if (linesPath !== results) rmSync(results, { force: true });
       writeFileSync(linesPath, resultsFormat(results).header);
+      if (target.outputRows)
+        new TensorFiles(target.outputRows, results, total, 0, true, (path) =>
+          resultsTarget(path, this.host.allowedRoots, 'tensors'),
+        ).close();
     } catch (err) {
       throw diskError(err, results, 'start');
     }
@@ -399,22 +420,28 @@ export class JobManager {
     const progress = record.progress;
     // Checked at every (re)start: a link there may have been pointed elsewhere since.
     const fd = openSync(resultsTarget(linesPathOf(spec.results), this.host.allowedRoots), 'r+');
+    let tensors: TensorFiles | undefined;
     try {
       // Anything after the last commit was written by a run that did not get to record it.
       if (fstatSync(fd).size !== progress.results_bytes) ftruncateSync(fd, progress.results_bytes);
+      if (target.outputRows)
+        tensors = new TensorFiles(target.outputRows, spec.results, total, progress.done, false, (path) =>
+          resultsTarget(path, this.host.allowedRoots, 'tensors'),
+        );
       /** Finished requests by their first item, waiting for the ones before them. */
-      const ready = new Map<number, Line[]>();
+      const ready = new Map<number, Answered>();
       let cursor = progress.done;
       let inFlight = 0;
       let committing = Promise.resolve();
       const commit = async (): Promise<void> => {
         while (ready.has(progress.done)) {
-          const lines = ready.get(progress.done) as Line[];
+          const { lines, rows } = ready.get(progress.done) as Answered;
           ready.delete(progress.done);
           const text = Buffer.from(lines.map(format.line).join(''));
           try {
             writeAll(fd, text, progress.results_bytes);
             fsyncSync(fd);
+            tensors?.append(progress.done, rows);
           } catch (err) {
             // Nothing of this request counts as done: a resume cuts what did get written.
             const error = diskError(err, spec.results, 'commit');
@@ -451,15 +478,15 @@ export class JobManager {
           cursor += items.length;
           inFlight++;
           job.inFlightItems += items.length;
-          let lines: Line[];
+          let answered: Answered;
           try {
-            lines = await this.runChunk(job, target, start, items);
+            answered = await this.runChunk(job, target, start, items);
           } finally {
             inFlight--;
             job.inFlightItems -= items.length;
           }
           if (job.abort.signal.aborted) return; // withdrawn: not committed
-          ready.set(start, lines);
+          ready.set(start, answered);
           committing = committing.then(commit);
           await committing;
         }
@@ -470,37 +497,44 @@ export class JobManager {
       if (failure && !job.abort.signal.aborted) throw failure.reason;
     } finally {
       closeSync(fd);
+      tensors?.close();
     }
   }
 
-  /** One request's result lines: one request for all its items; on an item's error, each alone. */
-  private async runChunk(job: Running, target: Target, start: number, items: string[]): Promise<Line[]> {
+  /** One request's result lines (and output rows): one request for all its items; on an item's error, each alone. */
+  private async runChunk(job: Running, target: Target, start: number, items: string[]): Promise<Answered> {
     try {
-      const answers = await this.request(job, target, start, items);
-      return items.map((item, k) => ({ index: start + k, item, ...answers[k] }));
+      const { answers, rows } = await this.request(job, target, start, items);
+      return { lines: items.map((item, k) => ({ index: start + k, item, ...answers[k] })), rows };
     } catch (err) {
       const error = asTensorgateError(err);
-      if (job.abort.signal.aborted) return [];
+      if (job.abort.signal.aborted) return { lines: [], rows: [] };
       if (!ITEM_ERRORS.has(error.code)) throw error;
-      if (items.length === 1) return [{ index: start, item: items[0] as string, error: describe(error) }];
+      if (items.length === 1)
+        return { lines: [{ index: start, item: items[0] as string, error: describe(error) }], rows: [undefined] };
       const alone = await Promise.all(items.map((item, k) => this.runChunk(job, target, start + k, [item])));
-      return alone.flat();
+      return { lines: alone.flatMap((a) => a.lines), rows: alone.flatMap((a) => a.rows) };
     }
   }
 
-  /** One request of the job, tried again after transient failures: each item's answer. */
   private async request(
     job: Running,
     target: Target,
     start: number,
     items: string[],
-  ): Promise<Record<string, unknown>[]> {
+  ): Promise<{ answers: Record<string, unknown>[]; rows: ItemRows[] }> {
     const options: InferOptions = { signal: job.abort.signal, adapter: 'job', keepOutputs: false };
     const inputs = { [target.input]: items };
+    // With tensors: the rows go to the .npy files, whole, and leave the lines.
+    const answered = (answers: Record<string, unknown>[], tensors: NamedTensor[]) => {
+      if (!target.outputRows) return { answers, rows: [] };
+      const rows = rowsOfItems(target.outputRows, tensors, items.length);
+      return { answers: answers.map(({ outputs: _o, embedding: _e, ...rest }) => rest), rows };
+    };
     for (let attempt = 0; ; attempt++) {
       try {
         if (target.kind === 'workflow')
-          return [workflowAnswer(await this.host.runWorkflow(target.name, inputs, options))];
+          return { answers: [workflowAnswer(await this.host.runWorkflow(target.name, inputs, options))], rows: [] };
         if (target.rows) {
           const { path, layout } = target.rows;
           const result = await this.host.inferTensors(
@@ -513,16 +547,20 @@ export class JobManager {
             options,
           );
           this.resize(job, result);
-          return items.map((_, k) => ({
+          const answers = items.map((_, k) => ({
             outputs: Object.fromEntries(result.outputs.map(({ name, tensor }) => [name, rowOf(tensor, k)])),
           }));
+          return answered(answers, result.outputs);
         }
         const result = await this.host.infer(
           { model: target.name, ...(job.spec.version ? { version: job.spec.version } : {}), inputs },
           options,
         );
         this.resize(job, result);
-        return items.map((_, k) => answerOf(result, k));
+        return answered(
+          items.map((_, k) => answerOf(result, k)),
+          result.tensors ?? [],
+        );
       } catch (err) {
         const error = asTensorgateError(err);
         const pause = RETRY_MS[attempt];
@@ -580,6 +618,7 @@ export class JobManager {
       done: progress.done,
       failed: progress.failed,
       errors: progress.errors,
+      ...(progress.tensors ? { tensors: progress.tensors } : {}),
       ...(record.error ? { error: record.error } : {}),
       created_at: record.createdAt,
       created_by: record.createdBy,
@@ -589,12 +628,6 @@ export class JobManager {
 }
 
 /** Writes all of `data` at `position`: a write may take less than it was given. */
-function writeAll(fd: number, data: Buffer, position: number): void {
-  let written = 0;
-  while (written < data.byteLength)
-    written += writeSync(fd, data, written, data.byteLength - written, position + written);
-}
-
 /** ENOSPC, EDQUOT and EFBIG (the file at its size limit) as DISK_FULL; any other write error as it is. */
 function diskError(err: unknown, path: string, when: 'start' | 'commit'): TensorgateError {
   const code = (err as NodeJS.ErrnoException).code;

@@ -79,6 +79,13 @@ export const JobSpecSchema = z
         "where to write the answers, one line per item: an absolute path under the allowed roots ending in .jsonl (each answer whole), .csv (top label, score, text, error, and the answer as JSON) or .parquet (the CSV's columns, written when the job ends)",
       ),
     overwrite: z.boolean().default(false).describe('replace a results file that exists (refused otherwise)'),
+    /** Each output tensor as a .npy file beside the results, row i = item i (tensor-files.ts). */
+    tensors: z
+      .enum(['npy'])
+      .optional()
+      .describe(
+        'also write each output tensor of the model, whole, as a .npy file beside the results (/data/emb.jsonl and output "embedding" give /data/emb.embedding.npy), row i holding item i (NaN for a failed item); the results lines then leave those rows out',
+      ),
     /** Items per request (a model's max_batch_size when absent); for a workflow, runs at once (8). */
     batch: z
       .number()
@@ -131,4 +138,6 @@ export interface JobProgress {
   errors: Record<string, number>;
   /** The results file's committed length: a resumed job cuts the file back to it. */
   results_bytes: number;
+  /** With `tensors`: each output's .npy file (its committed rows are `done`). */
+  tensors?: Record<string, string>;
 }

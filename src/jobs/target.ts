@@ -2,6 +2,7 @@ import { tgError } from '../errors.js';
 import type { ModelConfig } from '../registry/model-config.js';
 import { type RowsFile, rowsFile } from './items.js';
 import type { JobSpec } from './spec.js';
+import { type OutputRows, outputRowsOf } from './tensor-files.js';
 
 /**
  * What a job runs, resolved from its spec against what the server serves: a model with
@@ -31,6 +32,8 @@ export interface Target {
   models: string[];
   /** A model that takes tensors: the array (a .npy file, a .safetensors file's tensor) whose rows are the items. */
   rows?: RowsFile;
+  /** With `tensors`: the outputs written as .npy files. */
+  outputRows?: OutputRows[];
 }
 
 /** What `spec` runs, checked against the models and workflows `host` serves now. */
@@ -50,6 +53,7 @@ export function resolveTarget(spec: JobSpec, host: TargetHost): Target {
       batch: spec.batch ?? config.batching?.max_batch_size ?? 8,
       lanes: Math.max(2, (config.resources?.instances ?? 1) + 1),
       models: [spec.model],
+      ...(spec.tensors ? { outputRows: outputRowsOf(what, config.outputs) } : {}),
     };
     if (processed.length > 0) {
       if (byRows)
@@ -75,6 +79,12 @@ export function resolveTarget(spec: JobSpec, host: TargetHost): Target {
     return { ...common, input, rows };
   }
   if (byRows) throw tgError('BAD_PARAMETER', 'a workflow job takes files or texts, not rows', { parameter: 'items' });
+  if (spec.tensors)
+    throw tgError(
+      'BAD_PARAMETER',
+      'tensors: a workflow job writes its outputs in the results lines; "tensors" is for a model job',
+      { parameter: 'tensors' },
+    );
   const name = spec.workflow as string;
   if (spec.version !== undefined)
     throw tgError('BAD_PARAMETER', `"version" picks a model's version; workflow ${name} names its own`, {

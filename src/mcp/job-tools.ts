@@ -30,6 +30,10 @@ export const JobOut = z.object({
     .describe(
       'the JSONL, CSV or Parquet file the answers go to, one line (row) per item: {"index", "item", answer or "error"}; a Parquet file is written when the job ends',
     ),
+  tensors: z
+    .record(z.string(), z.string())
+    .optional()
+    .describe('with "tensors": "npy", each output\'s .npy file, row i holding item i (valid at every commit)'),
   items: z.number().int(),
   done: z.number().int().describe('items whose line is written, failed ones included'),
   failed: z.number().int(),

@@ -130,8 +130,13 @@ export function decodeNpy(bytes: Uint8Array): Tensor {
   return makeTensor(dtype, shape, bytes.subarray(dataStart, dataStart + dataBytes));
 }
 
-/** The `.npy` header (magic, version, length, dict, padding) for a tensor of this dtype and shape. */
-export function encodeNpyHeader(dtype: DType, shape: readonly number[]): Buffer {
+/**
+ * The `.npy` header (magic, version, length, dict, padding) for a tensor of this dtype and shape.
+ * `length`, when given, pads it to that many bytes (a multiple of 64, at least its own length):
+ * a file that grows rewrites its header in place with the new row count, so the header is sized
+ * for the most rows it will hold.
+ */
+export function encodeNpyHeader(dtype: DType, shape: readonly number[], length?: number): Buffer {
   const descr = npyDescr(dtype);
   if (descr === undefined) {
     throw tgError(
@@ -146,8 +151,10 @@ export function encodeNpyHeader(dtype: DType, shape: readonly number[]): Buffer 
   // Version 1.0 always suffices: shapes have at most MAX_RANK (32) dimensions, so the dict stays
   // far below the 64 KiB a 1.0 header can describe. Reading accepts 2.0 and 3.0 as numpy writes them.
   const prefix = 10;
-  const pad = (ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN;
-  const headerLen = dict.length + pad + 1;
+  const natural = prefix + dict.length + 1 + ((ALIGN - ((prefix + dict.length + 1) % ALIGN)) % ALIGN);
+  if (length !== undefined && (length < natural || length % ALIGN !== 0 || length - prefix > 0xffff))
+    throw new RangeError(`a .npy header of ${natural} bytes cannot be padded to ${length}`);
+  const headerLen = (length ?? natural) - prefix;
   const out = Buffer.alloc(prefix + headerLen, 0x20);
   MAGIC.copy(out, 0);
   out[6] = 1;

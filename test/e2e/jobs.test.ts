@@ -125,6 +125,18 @@ interface ParquetRow {
   answer: string | null;
 }
 
+/** A .npy file as numpy loads it (memory-mapped, as a reader would while the job runs); NaN as null. */
+async function loadNpy(path: string): Promise<{ shape: number[]; dtype: string; rows: (number | null)[][] }> {
+  const script = [
+    'import json, sys, numpy as np',
+    'a = np.load(sys.argv[1], mmap_mode="r")',
+    'rows = [[None if v != v else v for v in row] for row in np.asarray(a).reshape(a.shape[0], -1).tolist()]',
+    'print(json.dumps({"shape": list(a.shape), "dtype": str(a.dtype), "rows": rows}))',
+  ].join('\n');
+  const { stdout } = await run(PYCLIENTS, ['-c', script, path], { maxBuffer: 64 * 1024 * 1024 });
+  return JSON.parse(stdout) as { shape: number[]; dtype: string; rows: (number | null)[][] };
+}
+
 /** A Parquet file as Apache Arrow reads it: each column's type, and the rows. */
 async function readParquet(path: string): Promise<{ types: Record<string, string>; rows: ParquetRow[] }> {
   const script = [
@@ -287,6 +299,44 @@ describe('batch jobs over MCP', () => {
       partial.rows.map((r) => r.index),
       Array.from({ length: cancelled.done }, (_, i) => i),
     );
+  });
+
+  it('writes the output tensors as .npy files when asked: row i is item i, NaN for a failed one', async () => {
+    const results = join(server.workDir, 'logits.jsonl');
+    const files = [...pngs.slice(0, 5).map((p) => join(inbox, p)), join(inbox, 'digit-broken.png')];
+    const finished = await job(server.client, 'start_job', {
+      model: 'digits',
+      items: { files },
+      results,
+      tensors: 'npy',
+      wait: true,
+    });
+    assert.equal(finished.state, 'completed', finished.error);
+    const npy = join(server.workDir, 'logits.logits.npy');
+    assert.deepEqual((finished as Job & { tensors?: unknown }).tensors, { logits: npy });
+    const logits = await loadNpy(npy);
+    assert.deepEqual(logits.shape, [files.length, 10]);
+    assert.equal(logits.dtype, 'float32');
+    const found = lines(results) as (Line & { predictions?: { index: number }[]; outputs?: unknown })[];
+    for (const [i, line] of found.slice(0, 5).entries()) {
+      const row = logits.rows[i] as number[];
+      assert.equal(row.indexOf(Math.max(...row)), line.predictions?.[0]?.index, `item ${i}: argmax of its logits`);
+      assert.equal(line.outputs, undefined);
+    }
+    assert.ok(
+      logits.rows[5]?.every((v) => v === null),
+      'the broken file has a row of NaN',
+    );
+    assert.equal(found[5]?.error?.code, 'BAD_IMAGE');
+
+    writeFileSync(join(server.workDir, 'taken.logits.npy'), 'x');
+    const taken = await call(server.client, 'start_job', {
+      model: 'digits',
+      items: { files },
+      results: join(server.workDir, 'taken.jsonl'),
+      tensors: 'npy',
+    });
+    assert.match(taken.text, /^RESULTS_EXIST: tensors: .*taken\.logits\.npy exists/);
   });
 
   it('is started, watched and listed from the CLI against the running server', async () => {
@@ -621,6 +671,39 @@ describe("a batch job over an array's rows, for a model that takes tensors", () 
     await refused('row_sum', { rows: '/etc/hostname' }, /^PATH_NOT_ALLOWED: /);
   });
 
+  it("writes a tensor model's outputs as .npy rows, whole, leaving them out of the lines", async () => {
+    const rows = 200;
+    const width = 3;
+    const values = Float32Array.from({ length: rows * width }, (_, i) => (i % 17) - 8);
+    const array = join(server.workDir, 'small.npy');
+    writeFileSync(array, encodeNpy(makeTensor('float32', [rows, width], new Uint8Array(values.buffer))));
+    const results = join(server.workDir, 'small-sums.csv');
+    const finished = await job(server.client, 'start_job', {
+      model: 'row_sum',
+      items: { rows: array },
+      results,
+      tensors: 'npy',
+      batch: 32,
+      wait: true,
+    });
+    assert.equal(finished.state, 'completed', finished.error);
+    const sums = await loadNpy(join(server.workDir, 'small-sums.sum.npy'));
+    assert.deepEqual(sums.shape, [rows]);
+    sums.rows.forEach(([sum], r) => {
+      assert.equal(
+        sum,
+        values.slice(r * width, (r + 1) * width).reduce((a, b) => a + b, 0),
+        `row ${r}`,
+      );
+    });
+    const table = parseCsv(readFileSync(results), { columns: true }) as Record<string, string>[];
+    assert.equal(table.length, rows);
+    assert.ok(
+      table.every((r) => r.answer === ''),
+      'the rows are in the .npy file, not the lines',
+    );
+  });
+
   it("answers each row of a .safetensors file's tensor, named when the file holds several", async () => {
     const rows = 120;
     const width = 5;
@@ -725,12 +808,17 @@ describe('a batch job survives its server being killed', () => {
       items: { files: items },
       results,
       batch: 4,
+      tensors: 'npy',
     });
     await until(first.client, started.id, (j) => j.done >= 40);
     first.child.kill('SIGKILL');
     await new Promise((r) => first.child.once('exit', r));
     const atKill = lines(results).length;
     assert.ok(atKill < items.length, `the job had ${atKill} of ${items.length} lines when its server was killed`);
+    // The .npy file is a valid array of what was committed, even after a kill.
+    const logitsPath = join(work, 'resumed.logits.npy');
+    const killed = await loadNpy(logitsPath);
+    assert.ok(killed.shape[0] !== undefined && killed.shape[0] >= 40 && killed.shape[0] <= atKill, `${killed.shape}`);
 
     const second = await start();
     const resumed = await until(second.client, started.id, (j) => j.state !== 'running', 150_000);
@@ -742,6 +830,13 @@ describe('a batch job survives its server being killed', () => {
       found.every((l, i) => l.item === items[i] && l.predictions?.length),
       'every line answers its own item',
     );
+    const logits = await loadNpy(logitsPath);
+    assert.deepEqual(logits.shape, [items.length, 10]);
+    logits.rows.forEach((row, i) => {
+      const values = row as number[];
+      const top = (found[i] as Line & { predictions: { index: number }[] }).predictions[0]?.index;
+      assert.equal(values.indexOf(Math.max(...values)), top, `row ${i} is item ${i}'s logits`);
+    });
     await second.client.close();
     second.child.kill('SIGTERM');
     await new Promise((r) => second.child.once('exit', r));
