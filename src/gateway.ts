@@ -11,6 +11,7 @@ import { sweepStaleArenas } from './engines/torch/arena.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from './errors.js';
+import { InteractiveTraffic } from './jobs/interactive-traffic.js';
 import { JobManager } from './jobs/job-manager.js';
 import { GpuSampler } from './metrics/gpu.js';
 import { InferenceStats } from './metrics/inference-stats.js';
@@ -184,7 +185,7 @@ export class Gateway {
   /** Batch jobs: a model run over many files or texts, its answers written to a file (src/jobs). */
   readonly jobs: JobManager;
   /** When each model was last called by anything but a batch job (performance.now()). */
-  private readonly interactiveAt = new Map<string, number>();
+  private readonly interactive = new InteractiveTraffic();
   private readonly models: ModelManager;
   /** Registrations running now, by model name: a second one of the same name is refused. */
   private readonly registering = new Map<string, string>();
@@ -257,8 +258,8 @@ export class Gateway {
       },
       allowedRoots: config.allowedRoots,
       store: registry.store,
-      interactiveSince: (model, ms) =>
-        performance.now() - (this.interactiveAt.get(model) ?? Number.NEGATIVE_INFINITY) < ms,
+      interactiveSince: (model, ms) => this.interactive.since(model, ms),
+      interactiveQuietMs: (model) => this.interactive.quietMs(model),
       log: (message, fields) => log(message, fields),
     });
     this.models = new ModelManager({
@@ -699,7 +700,7 @@ export class Gateway {
   ) {
     const start = performance.now();
     // Batch jobs step back while a model has calls of any other kind (src/jobs).
-    if (adapter !== 'job') this.interactiveAt.set(request.model, start);
+    if (adapter !== 'job') this.interactive.begin(request.model);
     const requestId = request.request_id ?? randomUUID();
     let config: ModelConfig | undefined;
     let version: string | undefined;
@@ -739,6 +740,8 @@ export class Gateway {
         adapter,
         totalMs: performance.now() - start,
       });
+    } finally {
+      if (adapter !== 'job') this.interactive.end(request.model);
     }
     const rows = inputs[0]?.tensor.shape[0] ?? 1;
     const model = config.name;

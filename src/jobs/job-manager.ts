@@ -45,8 +45,10 @@ export interface JobHost extends TargetHost {
   /** One run of a workflow on files or texts, its outputs. */
   runWorkflow(name: string, inputs: Record<string, unknown>, options: InferOptions): Promise<WorkflowOutputValue[]>;
   store: RegistryStore;
-  /** Whether anything but a job called `model` within the last `ms`. */
+  /** Whether anything but a job called `model` within the last `ms` (or is calling it now). */
   interactiveSince(model: string, ms: number): boolean;
+  /** How long `model` has had no call but a job's in flight: 0 while one is. */
+  interactiveQuietMs(model: string): number;
   log(message: string, fields: Record<string, unknown>): void;
 }
 
@@ -100,6 +102,13 @@ const INTERACTIVE_MS = 1000;
 const DEFAULT_PASS_MS = 100;
 /** How often a job stepping back for interactive calls looks whether it may send the next item. */
 const YIELD_POLL_MS = 2;
+/**
+ * A job stepping back sends its one item once the model has had no other call in flight for this
+ * long: the pause between calls a client makes back to back is shorter, an agent's pause longer.
+ */
+const QUIET_MS = 50;
+/** ...or once it has waited this long, so a model kept busy without a pause does not stall a job. */
+const STARVE_MS = 1000;
 
 /** Errors that may pass: the request is tried again after a pause (each pause longer). */
 const TRANSIENT_ERRORS = new Set(['MODEL_NOT_READY', 'WORKER_CRASHED', 'TIMEOUT', 'QUEUE_FULL', 'INFERENCE_FAILED']);
@@ -398,9 +407,11 @@ export class JobManager {
 
   /**
    * Runs the items after the last committed one, `lanes` requests at a time, each sized to
-   * `max_pass_ms` (resize()), committing in item order. While the model has interactive traffic (a call that is not a job's in the last
-   * second), the job steps back to one request of one item in flight, so an interactive call
-   * waits behind at most one item's forward pass, which the model may even batch it with.
+   * `max_pass_ms` (resize()), committing in item order. While the model has interactive traffic
+   * (a call that is not a job's in the last second), the job steps back to one item at a time,
+   * sent once the model has had no such call in flight for QUIET_MS (or after STARVE_MS): an
+   * interactive call waits behind at most one item's forward pass, and calls that come back to
+   * back mostly behind none.
    */
   private async run(job: Running): Promise<void> {
     const { spec, record } = job;
@@ -466,13 +477,16 @@ export class JobManager {
           }
         }
       };
+      let sentAt = performance.now();
       const lane = async (): Promise<void> => {
         while (!job.abort.signal.aborted && cursor < total) {
           const yielding = target.models.some((m) => this.host.interactiveSince(m, INTERACTIVE_MS));
-          if (yielding && inFlight > 0) {
+          const busy = () => target.models.some((m) => this.host.interactiveQuietMs(m) < QUIET_MS);
+          if (yielding && (inFlight > 0 || (busy() && performance.now() - sentAt < STARVE_MS))) {
             await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
             continue;
           }
+          sentAt = performance.now();
           const start = cursor;
           const items = itemsAt(start, yielding ? 1 : Math.min(batch, job.requestSize));
           cursor += items.length;

@@ -438,6 +438,15 @@ describe('batch jobs over MCP', () => {
       if (current.state !== 'running') break;
       inFlight.push(current.in_flight ?? -1);
     }
+    // Calls back to back keep the model busy, but not the job stalled: it still sends an item now
+    // and then (at least one a second).
+    const before = (await job(server.client, 'get_job', { id: started.id })).done;
+    let after = before;
+    for (let i = 0; i < 2000 && after === before; i++) {
+      await call(server.client, 'digits', { image: join(inbox, pngs[i % pngs.length] as string) });
+      if (i % 20 === 19) after = (await job(server.client, 'get_job', { id: started.id })).done;
+    }
+    assert.ok(after > before, 'the job went on while the calls came');
     await job(server.client, 'cancel_job', { id: started.id });
     assert.ok(inFlight.length >= 6, `the job ran on through ${inFlight.length} calls`);
     assert.ok(

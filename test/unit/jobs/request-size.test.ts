@@ -54,6 +54,7 @@ async function requestSizes(perRowMs: number, spec: Record<string, unknown> = {}
     allowedRoots: [dir],
     store,
     interactiveSince: () => false,
+    interactiveQuietMs: () => Number.POSITIVE_INFINITY,
     log: () => {},
   });
   const job = await jobs.start(
