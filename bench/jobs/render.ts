@@ -76,7 +76,7 @@ export function renderJobs(files: unknown[]): string {
     '',
     ...(files.length > 1
       ? [
-          'Every recorded run (the two targets sit near their lines, and a 2-core VM moves them by a few percent from run to run; from 5914eb9 on, a job stepping back waits for a pause in the calls):',
+          'Every recorded run. Runs before 4d795a1 timed the job alone by polling `get_job` every 20 ms, which took CPU from the job on 2 cores (the gateway at 0.09 cores, the worker at 1.71-1.75); from 4d795a1 on, the bench waits in `start_job` (gateway 0.04, worker 1.89). From 5914eb9 on, a job stepping back for interactive calls waits for a pause in them.',
           '',
           '| run (UTC) | commit | raw items/s | job items/s | job / raw | interactive p99 during / alone |',
           '| --- | --- | ---: | ---: | ---: | ---: |',
