@@ -63,11 +63,15 @@ export interface JobInfo {
   results: string;
   /** With `tensors`: each output's .npy file, row i holding item i. */
   tensors?: Record<string, string>;
+  /** The first failed items of each error code (the results file has every one, with its message). */
+  failed_items?: Record<string, string[]>;
+  /** Where the time went: each stage's milliseconds per item, over the job's requests (a model job). */
+  ms_per_item?: Record<string, number>;
   items: number;
   done: number;
   failed: number;
   errors: Record<string, number>;
-  /** Items per second since this process started (or resumed) it. */
+  /** Items per second: since this process started (or resumed) it while it runs, over its running time after. */
   items_per_second?: number;
   /** Seconds left at that pace. */
   eta_s?: number;
@@ -96,6 +100,8 @@ const ITEM_ERRORS = new Set([
   'WORKFLOW_CONDITION_FAILED',
 ]);
 
+/** How many failed items of each error code a job's summary names (the results file has them all). */
+const FAILED_ITEMS_KEPT = 10;
 /** A model called by anything but a job within this many ms has interactive traffic. */
 const INTERACTIVE_MS = 1000;
 /** The longest a job's request should keep a model busy when the job does not say. */
@@ -128,6 +134,8 @@ interface Running {
   listeners: Set<(job: JobInfo) => void>;
   startedAt: number;
   doneAtStart: number;
+  /** When it last committed (or started): its running time is counted from commit to commit. */
+  committedAt: number;
   finished: Promise<void>;
 }
 
@@ -324,6 +332,7 @@ export class JobManager {
       abort: new AbortController(),
       startedAt: performance.now(),
       doneAtStart: record.progress.done,
+      committedAt: performance.now(),
       finished: Promise.resolve(),
       inFlightItems: 0,
       requestSize: 1,
@@ -464,9 +473,16 @@ export class JobManager {
           progress.done += lines.length;
           for (const line of lines)
             if (line.error) {
+              const { code } = line.error;
               progress.failed += 1;
-              progress.errors[line.error.code] = (progress.errors[line.error.code] ?? 0) + 1;
+              progress.errors[code] = (progress.errors[code] ?? 0) + 1;
+              progress.failed_items ??= {};
+              const kept = progress.failed_items[code] ?? [];
+              if (kept.length < FAILED_ITEMS_KEPT) progress.failed_items[code] = [...kept, line.item];
             }
+          const now = performance.now();
+          progress.run_seconds = roundSignificant((progress.run_seconds ?? 0) + (now - job.committedAt) / 1000, 6);
+          job.committedAt = now;
           await this.host.store.updateJob(record.id, 'running', progress, null);
           for (const listener of job.listeners) listener(this.live(job));
           if (spec.max_failures !== undefined && progress.failed > spec.max_failures) {
@@ -560,7 +576,7 @@ export class JobManager {
             },
             options,
           );
-          this.resize(job, result);
+          this.resize(job, result, items.length);
           const answers = items.map((_, k) => ({
             outputs: Object.fromEntries(result.outputs.map(({ name, tensor }) => [name, rowOf(tensor, k)])),
           }));
@@ -570,7 +586,7 @@ export class JobManager {
           { model: target.name, ...(job.spec.version ? { version: job.spec.version } : {}), inputs },
           options,
         );
-        this.resize(job, result);
+        this.resize(job, result, items.length);
         return answered(
           items.map((_, k) => answerOf(result, k)),
           result.tensors ?? [],
@@ -597,8 +613,16 @@ export class JobManager {
    * starts at one item and finds its size in a few requests), never over its batch. A fast model
    * on a GPU runs full batches; a slow one on a CPU, where a batch saves little, small ones.
    */
-  private resize(job: Running, result: Pick<InferenceResult, 'timings' | 'batch_size'>): void {
+  private resize(job: Running, result: Pick<InferenceResult, 'timings' | 'batch_size'>, items: number): void {
     const t = result.timings;
+    // Summed for the job's summary: where its time went, per item.
+    const stages = job.record.progress.stages ?? { items: 0, ms: {} };
+    job.record.progress.stages = stages;
+    stages.items += items;
+    for (const [key, ms] of Object.entries(t)) {
+      const stage = key.replace(/_ms$/, '');
+      if (stage !== 'total' && typeof ms === 'number') stages.ms[stage] = (stages.ms[stage] ?? 0) + ms;
+    }
     const passMs = (t.preprocess_ms ?? 0) + t.transfer_ms + t.compute_ms + (t.postprocess_ms ?? 0);
     const perRow = Math.max(passMs, 0.001) / Math.max(1, result.batch_size);
     const fit = Math.max(1, Math.floor((job.spec.max_pass_ms ?? DEFAULT_PASS_MS) / perRow));
@@ -633,6 +657,20 @@ export class JobManager {
       failed: progress.failed,
       errors: progress.errors,
       ...(progress.tensors ? { tensors: progress.tensors } : {}),
+      ...(progress.failed_items ? { failed_items: progress.failed_items } : {}),
+      ...(progress.run_seconds && progress.done
+        ? { items_per_second: roundSignificant(progress.done / progress.run_seconds, 3) }
+        : {}),
+      ...(progress.stages?.items
+        ? {
+            ms_per_item: Object.fromEntries(
+              Object.entries(progress.stages.ms).map(([stage, ms]) => [
+                stage,
+                roundSignificant(ms / (progress.stages?.items ?? 1), 3),
+              ]),
+            ),
+          }
+        : {}),
       ...(record.error ? { error: record.error } : {}),
       created_at: record.createdAt,
       created_by: record.createdBy,

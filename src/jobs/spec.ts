@@ -140,4 +140,10 @@ export interface JobProgress {
   results_bytes: number;
   /** With `tensors`: each output's .npy file (its committed rows are `done`). */
   tensors?: Record<string, string>;
+  /** The first failed items of each error code (at most FAILED_ITEMS_KEPT), for the summary. */
+  failed_items?: Record<string, string[]>;
+  /** Seconds spent running, over every run of the job (a pause or a restart does not count). */
+  run_seconds?: number;
+  /** The stage timings of the job's requests, summed: where its time went. */
+  stages?: { items: number; ms: Record<string, number> };
 }

@@ -38,7 +38,17 @@ export const JobOut = z.object({
   done: z.number().int().describe('items whose line is written, failed ones included'),
   failed: z.number().int(),
   errors: z.record(z.string(), z.number()).describe('failed items by error code'),
-  items_per_second: z.number().optional(),
+  failed_items: z
+    .record(z.string(), z.array(z.string()))
+    .optional()
+    .describe('the first failed items of each code (the results file has every one, with its message)'),
+  ms_per_item: z
+    .record(z.string(), z.number())
+    .optional()
+    .describe(
+      "where the time went: each stage's milliseconds per item (decode, preprocess, queue, transfer, compute, postprocess, encode)",
+    ),
+  items_per_second: z.number().optional().describe('while it runs, its pace; after, over its running time'),
   eta_s: z.number().optional().describe('seconds left at the current pace'),
   in_flight: z
     .number()
@@ -61,7 +71,8 @@ export function jobLine(job: JobInfo): string {
         .map(([c, n]) => `${c} ${n}`)
         .join(', ')})`
     : '';
-  const pace = job.items_per_second !== undefined ? `, ${job.items_per_second} items/s, ETA ${job.eta_s} s` : '';
+  // While it runs; a stopped job's pace is in its summary (jobSummary).
+  const pace = job.eta_s !== undefined ? `, ${job.items_per_second} items/s, ETA ${job.eta_s} s` : '';
   const error = job.error ? `: ${job.error}` : '';
   const runs = job.model ?? `workflow ${job.workflow}`;
   return `job ${job.id} (${runs}): ${job.state}${error}, ${job.done}/${job.items} items${failed}${pace}; results in ${job.results}`;
@@ -69,9 +80,20 @@ export function jobLine(job: JobInfo): string {
 
 const RESULTS_MIME_TYPES: Record<string, string> = { '.csv': 'text/csv', '.parquet': 'application/vnd.apache.parquet' };
 
+/** A stopped job's summary under its line: which items failed, where the time went. */
+function jobSummary(job: JobInfo): string {
+  if (job.state === 'running') return '';
+  const failed = Object.entries(job.failed_items ?? {}).map(
+    ([code, items]) => `\n${code}: ${items.join(', ')}${(job.errors[code] ?? 0) > items.length ? ', ...' : ''}`,
+  );
+  const stages = Object.entries(job.ms_per_item ?? {}).map(([stage, ms]) => `${stage} ${ms}`);
+  const speed = job.items_per_second !== undefined ? `\n${job.items_per_second} items/s` : '';
+  return `${speed}${stages.length ? `${speed ? ';' : '\n'} ms per item: ${stages.join(', ')}` : ''}${failed.join('')}`;
+}
+
 /** The job's summary, with a link to its results file for clients that open files. */
 export function jobResult(job: JobInfo): CallToolResult {
-  const result = jsonResult(jobLine(job), { ...job });
+  const result = jsonResult(`${jobLine(job)}${jobSummary(job)}`, { ...job });
   result.content.push({
     type: 'resource_link',
     uri: pathToFileURL(job.results).href,

@@ -39,6 +39,9 @@ interface Job {
   done: number;
   failed: number;
   errors: Record<string, number>;
+  failed_items?: Record<string, string[]>;
+  items_per_second?: number;
+  ms_per_item?: Record<string, number>;
   results: string;
   error?: string;
   in_flight?: number;
@@ -197,6 +200,14 @@ describe('batch jobs over MCP', () => {
     assert.equal(finished.state, 'completed', finished.error);
     assert.equal(finished.done, pngs.length + 1);
     assert.deepEqual(finished.errors, { BAD_IMAGE: 1 });
+    // The summary: which items failed, its pace over its running time, where the time went.
+    assert.deepEqual(finished.failed_items, { BAD_IMAGE: [join(inbox, 'digit-broken.png')] });
+    assert.ok((finished.items_per_second ?? 0) > 0);
+    assert.ok((finished.ms_per_item?.compute ?? 0) > 0, JSON.stringify(finished.ms_per_item));
+    assert.ok((finished.ms_per_item?.preprocess ?? 0) > 0, 'the images are decoded in the worker');
+    const summary = await call(server.client, 'get_job', { id: started.id });
+    assert.match(summary.text, /\n[\d.]+ items\/s; ms per item: decode [\d.]+, preprocess [\d.]+, queue/);
+    assert.match(summary.text, /\nBAD_IMAGE: \S+digit-broken\.png$/);
     const found = lines(results);
     assertEachOnce(found, pngs.length + 1);
     const broken = found.filter((l) => l.error);
