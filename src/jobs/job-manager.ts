@@ -11,7 +11,7 @@ import type { WorkflowOutputValue } from '../workflows/executor.js';
 import { answerOf, rowOf, workflowAnswer } from './answers.js';
 import { checkResultsPath, listItems, resultsTarget } from './items.js';
 import { writeParquetResults } from './parquet-results.js';
-import { type Line, linesPathOf, resultsFormat } from './results-format.js';
+import { endLinesPathOf, type Line, linesPathOf, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
 import { resolveTarget, type Target, type TargetHost } from './target.js';
 import { type ItemRows, rowsOfItems, TensorFiles, tensorPath, writeAll } from './tensor-files.js';
@@ -189,9 +189,8 @@ export class JobManager {
     // Created (emptied when overwriting) before the job is recorded: a resume finds it there. A
     // Parquet job commits to its lines file; the results file it replaces goes now, not at the end.
     try {
-      const linesPath = linesPathOf(results);
-      if (linesPath !== results) rmSync(results, { force: true });
-      writeFileSync(linesPath, resultsFormat(results).header);
+      if (endLinesPathOf(results)) rmSync(results, { force: true });
+      writeFileSync(linesPathOf(results), resultsFormat(results).header);
       if (target.outputRows)
         new TensorFiles(target.outputRows, results, total, 0, true, (path) =>
           resultsTarget(path, this.host.allowedRoots, 'tensors'),
@@ -225,13 +224,13 @@ export class JobManager {
       const record = await this.recorded(id, false); // JOB_NOT_FOUND when unknown
       if (record.state === 'paused') {
         // A Parquet job's file is written from what was committed; if even that fails, the lines stay.
-        const spec = JobSpecSchema.parse(record.spec);
-        const error = await this.writeFinalResults(spec);
+        const { results } = JobSpecSchema.parse(record.spec);
+        const error = await this.writeFinalResults(results);
         const why = error
-          ? `${error.code}: the Parquet results could not be written (${error.message}); the committed lines are in ${linesPathOf(spec.results)}`
+          ? `${error.code}: the Parquet results could not be written (${error.message}); the committed lines are in ${linesPathOf(results)}`
           : record.error;
         await this.host.store.updateJob(id, 'cancelled', record.progress, why);
-        if (!error && linesPathOf(spec.results) !== spec.results) rmSync(linesPathOf(spec.results), { force: true });
+        if (!error) removeEndLines(results);
       }
       return this.get(id); // a finished job stays as it finished
     }
@@ -350,7 +349,7 @@ export class JobManager {
 
   private async finish(job: Running): Promise<void> {
     if (job.stopping !== 'shutdown' && !(typeof job.stopping === 'object' && 'paused' in job.stopping)) {
-      const error = await this.writeFinalResults(job.spec);
+      const error = await this.writeFinalResults(job.spec.results);
       if (error) job.stopping = error.code === 'DISK_FULL' ? { paused: error } : { failed: error.message };
     }
     this.running.delete(job.record.id);
@@ -381,9 +380,7 @@ export class JobManager {
         error: (err as Error).message,
       });
     }
-    // The lines file of a format written at the end is no longer needed once the end is recorded.
-    const linesPath = linesPathOf(job.spec.results);
-    if (linesPath !== job.spec.results && state !== 'paused') rmSync(linesPath, { force: true });
+    if (state !== 'paused') removeEndLines(job.spec.results);
     this.host.log(`batch job ${state}`, {
       level: state === 'failed' ? 'error' : state === 'paused' ? 'warn' : 'info',
       job: job.record.id,
@@ -400,17 +397,15 @@ export class JobManager {
    * (resume_job writes the file again once there is room); a crash before the end is recorded
    * writes it again at the resume.
    */
-  private async writeFinalResults(spec: JobSpec): Promise<TensorgateError | undefined> {
-    const linesPath = linesPathOf(spec.results);
-    if (linesPath === spec.results) return undefined;
+  private async writeFinalResults(results: string): Promise<TensorgateError | undefined> {
+    const linesPath = endLinesPathOf(results);
+    if (linesPath === undefined) return undefined;
     try {
-      await writeParquetResults(
-        resultsTarget(linesPath, this.host.allowedRoots),
-        resultsTarget(spec.results, this.host.allowedRoots),
-      );
+      const roots = this.host.allowedRoots;
+      await writeParquetResults(resultsTarget(linesPath, roots), resultsTarget(results, roots));
       return undefined;
     } catch (err) {
-      return diskError(err, spec.results, 'commit');
+      return diskError(err, results, 'commit');
     }
   }
 
@@ -494,10 +489,10 @@ export class JobManager {
         }
       };
       let sentAt = performance.now();
+      const busy = () => target.models.some((m) => this.host.interactiveQuietMs(m) < QUIET_MS);
       const lane = async (): Promise<void> => {
         while (!job.abort.signal.aborted && cursor < total) {
           const yielding = target.models.some((m) => this.host.interactiveSince(m, INTERACTIVE_MS));
-          const busy = () => target.models.some((m) => this.host.interactiveQuietMs(m) < QUIET_MS);
           if (yielding && (inFlight > 0 || (busy() && performance.now() - sentAt < STARVE_MS))) {
             await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
             continue;
@@ -679,7 +674,12 @@ export class JobManager {
   }
 }
 
-/** Writes all of `data` at `position`: a write may take less than it was given. */
+/** The lines file of a format written at the end goes once the job's end is recorded (it is in the table). */
+function removeEndLines(results: string): void {
+  const linesPath = endLinesPathOf(results);
+  if (linesPath !== undefined) rmSync(linesPath, { force: true });
+}
+
 /** ENOSPC, EDQUOT and EFBIG (the file at its size limit) as DISK_FULL; any other write error as it is. */
 function diskError(err: unknown, path: string, when: 'start' | 'commit'): TensorgateError {
   const code = (err as NodeJS.ErrnoException).code;

@@ -95,3 +95,8 @@ export function resultsFormat(path: string): ResultsFormat {
 export function linesPathOf(results: string): string {
   return resultsFormat(results).linesPath?.(results) ?? results;
 }
+
+/** The lines file of a format written when the job ends (Parquet); undefined for one appended to. */
+export function endLinesPathOf(results: string): string | undefined {
+  return resultsFormat(results).linesPath?.(results);
+}

@@ -170,6 +170,13 @@ function assertEachOnce(found: Line[], n: number): void {
 describe('batch jobs over MCP', () => {
   let server: Connected;
   let inbox: string;
+  /** The first `count` digits of the inbox (all of them when absent), then the broken file when asked. */
+  const inboxFiles = (count = pngs.length, broken = false) => [
+    ...pngs.slice(0, count).map((p) => join(inbox, p)),
+    ...(broken ? [join(inbox, 'digit-broken.png')] : []),
+  ];
+  /** The inbox's digits `times` over: by default a job long enough to act on while it runs. */
+  const longFiles = (times = 40) => Array.from({ length: times }, () => inboxFiles()).flat();
 
   before(async () => {
     server = await connect('http', undefined, [], models, ['--allow-root', '/dev/full']);
@@ -232,7 +239,7 @@ describe('batch jobs over MCP', () => {
 
   it('writes CSV when the results file ends in .csv: top label, score, error, the answer as JSON', async () => {
     const results = join(server.workDir, 'digits.csv');
-    const files = [...pngs.slice(0, 3).map((p) => join(inbox, p)), join(inbox, 'digit-broken.png')];
+    const files = inboxFiles(3, true);
     const finished = await job(server.client, 'start_job', {
       model: 'digits',
       items: { files },
@@ -258,7 +265,7 @@ describe('batch jobs over MCP', () => {
   it('writes Parquet when the results file ends in .parquet: the CSV columns, read back with pyarrow', async () => {
     assert.ok(existsSync(PYCLIENTS), 'pyarrow is missing: run bash scripts/install-python-clients.sh');
     const results = join(server.workDir, 'digits.parquet');
-    const files = [...pngs.map((p) => join(inbox, p)), join(inbox, 'digit-broken.png')];
+    const files = inboxFiles(pngs.length, true);
     const finished = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, wait: true });
     assert.equal(finished.state, 'completed', finished.error);
     assert.equal(existsSync(`${results}.partial.jsonl`), false, 'the lines file goes once the table is written');
@@ -294,7 +301,7 @@ describe('batch jobs over MCP', () => {
 
     // Cancelled mid-job: the table holds exactly the committed items, in order.
     const cancelledResults = join(server.workDir, 'cancelled.parquet');
-    const many = Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const many = longFiles();
     const started = await job(server.client, 'start_job', {
       model: 'digits',
       items: { files: many },
@@ -314,7 +321,7 @@ describe('batch jobs over MCP', () => {
 
   it('writes the output tensors as .npy files when asked: row i is item i, NaN for a failed one', async () => {
     const results = join(server.workDir, 'logits.jsonl');
-    const files = [...pngs.slice(0, 5).map((p) => join(inbox, p)), join(inbox, 'digit-broken.png')];
+    const files = inboxFiles(5, true);
     const finished = await job(server.client, 'start_job', {
       model: 'digits',
       items: { files },
@@ -415,7 +422,7 @@ describe('batch jobs over MCP', () => {
 
   it('stops when cancelled, leaving every committed line once and nothing after', async () => {
     const results = join(server.workDir, 'cancelled.jsonl');
-    const files = Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const files = longFiles();
     const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 4 });
     await until(server.client, started.id, (j) => j.done > 0);
     // While it runs, get_metrics shows it with its pace (the dashboard and `top` read the same).
@@ -434,7 +441,7 @@ describe('batch jobs over MCP', () => {
 
   it('gives way to interactive calls: while they come, the job has one item in flight at a time', async () => {
     const results = join(server.workDir, 'shared.jsonl');
-    const files = Array.from({ length: 60 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const files = longFiles(60);
     const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 8 });
     // Alone, it soon has requests of several items in flight (it starts at one and doubles).
     await until(server.client, started.id, (j) => (j.in_flight ?? 0) > 2);
@@ -470,7 +477,7 @@ describe('batch jobs over MCP', () => {
   it('is run over plain HTTP too: POST /v2/jobs, GET /v2/jobs/ID, cancel, with codes on bad input', async () => {
     const base = (server.url as string).replace(/\/mcp$/, '');
     const results = join(server.workDir, 'http.jsonl');
-    const files = Array.from({ length: 20 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const files = longFiles(20);
     const post = (path: string, body: unknown) =>
       fetch(`${base}${path}`, {
         method: 'POST',
@@ -509,7 +516,7 @@ describe('batch jobs over MCP', () => {
 
   it('waits when asked, sending progress notifications, and links the results file', async () => {
     const results = join(server.workDir, 'waited.jsonl');
-    const files = Array.from({ length: 8 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const files = longFiles(8);
     const progress: { progress: number; total?: number }[] = [];
     const result = (await server.client.callTool(
       { name: 'start_job', arguments: { model: 'digits', items: { files }, results, batch: 8, wait: true } },
@@ -537,7 +544,7 @@ describe('batch jobs over MCP', () => {
       folder: inbox,
       pattern: 'digit-0*.png',
       results,
-      long_files: Array.from({ length: 40 }, () => pngs.map((p) => join(inbox, p))).flat(),
+      long_files: longFiles(),
       long_results: longResults,
       outside: tmpdir(),
     };
@@ -584,7 +591,7 @@ describe('batch jobs over MCP', () => {
     // The results path is a link to /dev/full: every write to it fails with ENOSPC, as on a full disk.
     const results = join(server.workDir, 'full.jsonl');
     symlinkSync('/dev/full', results);
-    const files = Array.from({ length: 4 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const files = longFiles(4);
     const started = await job(server.client, 'start_job', {
       model: 'digits',
       items: { files },
@@ -625,7 +632,7 @@ describe('batch jobs over MCP', () => {
 
   it('goes on when its model is unloaded mid-job: the next request loads it again', async () => {
     const results = join(server.workDir, 'unloaded.jsonl');
-    const files = Array.from({ length: 30 }, () => pngs.map((p) => join(inbox, p))).flat();
+    const files = longFiles(30);
     const started = await job(server.client, 'start_job', { model: 'digits', items: { files }, results, batch: 4 });
     await until(server.client, started.id, (j) => j.done > 0);
     const unloaded = await call(server.client, 'unload_model', { model: 'digits' });
