@@ -2,23 +2,28 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { NodeStreamableHTTPServerTransport, toNodeHandler } from '@modelcontextprotocol/node';
 import { classifyInboundRequest, createMcpHandler } from '@modelcontextprotocol/server';
+import type { TensorgateError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
+import { readBody } from '../http/body.js';
 import { runWithConnectionSignal } from './connection-signal.js';
 import { createMcpServer } from './server.js';
+import { NodeSessionTransport } from './session-transport.js';
 
 /**
  * MCP Streamable HTTP at /mcp. 2026-07-28 clients are served statelessly by the SDK's
  * createMcpHandler (one server per request; a client cancels by closing its request). 2025-era
  * clients get sessions: one server per session, so `notifications/cancelled` reaches the request
- * it names and a session pays for its server once. The HTTP server itself (src/http/server.ts)
- * checks Host and Origin for every route.
+ * it names and a session pays for its server once; a session's transport is tensorgate's own
+ * (session-transport.ts), which answers on Node's request and response without the SDK's
+ * web-stream conversions. The HTTP server itself (src/http/server.ts) checks Host and Origin for
+ * every route.
  */
 
 /** Sessions unused this long are closed (clients that never send DELETE). */
 const SESSION_IDLE_MS = 30 * 60 * 1000;
 
 interface Session {
-  transport: NodeStreamableHTTPServerTransport;
+  transport: NodeSessionTransport;
   lastUsed: number;
 }
 
@@ -61,7 +66,7 @@ export function createMcpHttpHandler(gateway: Gateway): McpHttpHandler {
       jsonRpcError(res, 404, -32001, `unknown or expired session ${sessionId}; initialize a new one`);
       return;
     }
-    const transport: NodeStreamableHTTPServerTransport = new NodeStreamableHTTPServerTransport({
+    const transport: NodeSessionTransport = new NodeSessionTransport({
       // Named after the replica, so that a replica reached with another's session can say so.
       sessionIdGenerator: () => (replica === undefined ? randomUUID() : `${replica}.${randomUUID()}`),
       onsessioninitialized: (id) => {
@@ -137,19 +142,18 @@ const INVALID = Symbol('invalid body');
 
 /** Reads and parses a JSON body (bounded); answers 413 / a JSON-RPC parse error itself when it cannot. */
 async function readJson(req: IncomingMessage, res: ServerResponse, limit: number): Promise<unknown | typeof INVALID> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
+  let body: Buffer;
+  try {
+    body = await readBody(req, limit);
+  } catch (err) {
+    if ((err as TensorgateError).code === 'INPUT_TOO_LARGE') {
+      req.resume(); // the rest unread, so that the refusal can still be answered
       jsonRpcError(res, 413, -32000, `Payload Too Large: Request body must not exceed ${limit} bytes`);
-      req.resume();
-      return INVALID;
-    }
-    chunks.push(chunk as Buffer);
+    } else res.destroy(); // the client went away mid-body: nobody to answer
+    return INVALID;
   }
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    return JSON.parse(body.toString('utf8'));
   } catch (err) {
     jsonRpcError(res, 400, -32700, `Parse error: ${(err as Error).message}`);
     return INVALID;
