@@ -8,6 +8,7 @@ import { TENSOR_INPUT_FORMS } from '../requests/inference-request.js';
 import { isProcessedInput, type WorkflowPlan } from '../workflows/definition.js';
 import { checkWorkflowAccess, runWorkflow } from '../workflows/run-workflow.js';
 import { requestSignal } from './connection-signal.js';
+import { definedOnce } from './output-schemas.js';
 import { callerOf, errorResult } from './results.js';
 import {
   DetectionsOut,
@@ -108,7 +109,7 @@ function definitionOf(config: ModelConfig): Definition {
     outputSchema: outputSchemas[output?.type ?? 'none'],
     annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
   };
-  definitions.set(config, definition);
+  definitions.set(config, definedOnce(definition));
   return definition;
 }
 
@@ -230,7 +231,7 @@ function workflowDefinitionOf(plan: WorkflowPlan): Definition {
     outputSchema: RunOut,
     annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
   };
-  workflowDefinitions.set(plan, definition);
+  workflowDefinitions.set(plan, definedOnce(definition));
   return definition;
 }
 

@@ -17,7 +17,10 @@ test('hands out tensor:// handles and finds them again', () => {
 test('ids are 72 random bits each, distinct across many pools of them', () => {
   const store = new TensorStore(1 << 30, 60_000);
   const ids = Array.from({ length: 2000 }, () => store.put(tensor(1), 'm@1:y').id);
-  assert.ok(ids.every((id) => /^[\w-]{12}$/.test(id)), ids.find((id) => !/^[\w-]{12}$/.test(id)));
+  assert.ok(
+    ids.every((id) => /^[\w-]{12}$/.test(id)),
+    ids.find((id) => !/^[\w-]{12}$/.test(id)),
+  );
   assert.equal(new Set(ids).size, ids.length);
   // Every byte value shows up in the ids' bits: they are cut from random bytes, not from a counter.
   const bytes = Buffer.concat(ids.map((id) => Buffer.from(id, 'base64url')));
