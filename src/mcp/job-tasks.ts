@@ -124,6 +124,7 @@ async function startJobTask(
 }
 
 const TaskIdParams = z.object({ taskId: z.string() });
+const TaskListParams = z.object({ cursor: z.string().optional() });
 
 /** The tools that take `task`: only start_job, whose work outlives a call. */
 const TASK_TOOLS = new Set(['start_job']);
@@ -177,7 +178,7 @@ export function registerJobTasks(server: McpServer, gateway: Gateway): void {
     }),
   );
 
-  protocol.setRequestHandler('tasks/list', { params: z.object({ cursor: z.string().optional() }) }, (_params, ctx) =>
+  protocol.setRequestHandler('tasks/list', { params: TaskListParams }, (_params, ctx) =>
     withProtocolErrors(async () => {
       const caller = callerOf(ctx);
       const jobs = (await gateway.jobs.list()).filter((job) => jobAllowed(gateway, caller, 'read', job));

@@ -163,6 +163,12 @@ export function imageLines(images: RenderedImage[]): string[] {
   });
 }
 
+/** load_model's and unload_model's arguments (built once per process: a server is built per 2026-07-28 request). */
+const versionArgs = z.object({
+  model: z.string().describe('model name, from list_models'),
+  version: z.string().optional().describe('one version; the default version when omitted'),
+});
+
 /** The pictures as MCP image content, and what the structured answer says of them. */
 export function imageContent(images: RenderedImage[]) {
   return {
@@ -293,10 +299,6 @@ export function registerTools(server: McpServer, gateway: Gateway): void {
     },
   );
 
-  const versionArgs = z.object({
-    model: z.string().describe('model name, from list_models'),
-    version: z.string().optional().describe('one version; the default version when omitted'),
-  });
   register(
     'load_model',
     () => ({
