@@ -260,12 +260,17 @@ class OutArena:
 
     def write(self, tensor: torch.Tensor, dtype: torch.dtype) -> tuple[int, int]:
         """Copies ``tensor`` (any device, layout or dtype) into a new slot as C-contiguous
-        ``dtype``: one ``copy_`` does the device transfer, the cast and the layout change."""
+        ``dtype``: one ``copy_`` does the device transfer, the cast and the layout change.
+
+        A CUDA tensor's copy is only queued (``non_blocking``): a model's outputs then go back
+        one after another without a synchronise each, and the caller synchronises once before the
+        slots are read (the worker does, before it answers). Into page-locked arenas the copies
+        are DMA; into pageable memory CUDA completes them before returning anyway."""
         shape = list(tensor.shape)
         nbytes = tensor.numel() * ITEMSIZE[dtype]
         offset = self.allocate(nbytes)
         try:
-            self.view(offset, dtype, shape).copy_(tensor)
+            self.view(offset, dtype, shape).copy_(tensor, non_blocking=tensor.is_cuda)
         except BaseException:
             self.slots.free(offset)
             raise

@@ -8,6 +8,7 @@ the loop goes on; only a corrupt control stream ends the process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -249,7 +250,12 @@ class Worker:
                         "nbytes": nbytes,
                     }
                 )
+            # The outputs' device-to-host copies were queued (arena.write): one wait for all.
+            runner.sync()
         except BaseException:
+            # No queued copy may land in a slot after it is freed and handed out again.
+            with contextlib.suppress(Exception):
+                runner.sync()
             for entry in written:
                 self.arena_out.release(entry["offset"])
             raise

@@ -340,3 +340,19 @@ def test_a_cuda_model_page_locks_both_arenas_spins_and_answers_like_the_cpu(spaw
     with torch.inference_mode():
         expected = direct(rows)
     assert torch.allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_models_outputs_come_back_whole_from_queued_copies(spawn, test_models):
+    # Both outputs are copied device-to-host without a wait each and waited for once: every row
+    # of every output must be there when the answer is read, for requests of many sizes.
+    worker = spawn()
+    model = load_request(test_models, "multi_out", device="cuda")
+    reply = worker.request("load", model=model, variants={"precisions": ["fp32"]})
+    assert reply["ok"], (reply, worker.log())
+    generator = torch.Generator().manual_seed(11)
+    for rows in (1, 7, 64, 1000, 3):
+        x = torch.randn(rows, 4, generator=generator) * 5
+        got = worker.outputs(worker.infer({"x": x}))
+        assert torch.equal(got["argmax"], torch.argmax(x, dim=-1))
+        assert torch.allclose(got["scores"], torch.softmax(x, dim=-1), atol=1e-6)
