@@ -1,10 +1,11 @@
 /** What bench/gpu/serving.py writes (gpu-serving-<time>.json), and its docs/benchmarks.md section. */
 
+/** Percentiles are null for a block in which no call fell inside the window. */
 interface Latency {
   n: number;
-  p50: number;
-  p90: number;
-  p99: number;
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
 }
 
 interface SequentialRow {
@@ -62,7 +63,7 @@ export function renderGpuServing(files: unknown[]): string {
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...Object.entries(f.concurrency_32).map(
       ([key, r]) =>
-        `| \`${key}\` | ${r.rows_per_s} | ${r.share_of_raw} | ${r.latency.p50} | ${r.latency.p99} | ${r.gpu_utilization_percent ?? '-'} | ${r.gpu_memory_used_mib ?? '-'} |`,
+        `| \`${key}\` | ${r.rows_per_s} | ${r.share_of_raw} | ${r.latency.p50 ?? '-'} | ${r.latency.p99 ?? '-'} | ${r.gpu_utilization_percent ?? '-'} | ${r.gpu_memory_used_mib ?? '-'} |`,
     ),
     '',
     ...(memory ? [`Workers' GPU memory (\`/metrics\`): ${memory}.`, ''] : []),

@@ -186,7 +186,7 @@ def oip_shm_call(port: int, model: str, x: np.ndarray, tag: str):
             f.write(x.tobytes() if name.endswith("_in") else bytes(size))
         body = json.dumps({"key": key, "byte_size": size}).encode()
         client.post(f"/v2/systemsharedmemory/region/{name}/register", body, {})
-        regions.append(key)
+        regions.append((name, key))
     body = json.dumps(
         {
             "inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32",
@@ -203,7 +203,13 @@ def oip_shm_call(port: int, model: str, x: np.ndarray, tag: str):
         )
         return json.loads(data).get("parameters", {})
 
-    call.regions = regions  # type: ignore[attr-defined]
+    def release() -> None:
+        """Unregisters the regions (a later block registers the same names) and removes them."""
+        for name, key in regions:
+            client.post(f"/v2/systemsharedmemory/region/{name}/unregister", b"", {})
+            os.unlink(f"/dev/shm{key}")
+
+    call.release = release  # type: ignore[attr-defined]
     return call
 
 
@@ -289,10 +295,14 @@ def tool_result(reply: dict) -> dict:
 # --- measuring ---------------------------------------------------------------------------------
 
 
-def distribution(ms: list[float]) -> dict[str, float]:
+def distribution(ms: list[float]) -> dict[str, float | None]:
+    """n and percentiles; None for a block where no call fell inside the window (one longer than
+    the whole block, as on a CPU with a short --seconds), so that the other blocks still count."""
     ordered = sorted(ms)
 
-    def at(p: float) -> float:
+    def at(p: float) -> float | None:
+        if not ordered:
+            return None
         return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
 
     return {"n": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
@@ -344,8 +354,8 @@ def load_worker(args: tuple) -> tuple[int, list[float]]:
             call()
             count += 1
             mine.append((time.time() - now) * 1000)
-        for key in getattr(call, "regions", []):
-            os.unlink(f"/dev/shm{key}")
+        if hasattr(call, "release"):
+            call.release()
         with lock:
             done.append(count)
             latencies.extend(mine[::10])
@@ -515,8 +525,7 @@ def main() -> int:
             print(f"concurrency 1: {form}", file=sys.stderr)
             c1[form] = sequential(call, args.seconds)
             c1[form]["over_raw_ms"] = round(c1[form]["latency"]["p50"] - raw["latency"]["p50"], 3)
-        for key in getattr(forms["oip/shm"], "regions", []):
-            os.unlink(f"/dev/shm{key}")
+        forms["oip/shm"].release()  # type: ignore[attr-defined]
         for setting in settings:
             for form in ("oip/shm", "oip/binary", "http/path"):
                 print(f"concurrency 32, batching {setting}: {form}", file=sys.stderr)
