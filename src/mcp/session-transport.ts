@@ -69,6 +69,8 @@ export class NodeSessionTransport implements Transport {
   private closed = false;
   private started = false;
   private keepAlive: NodeJS.Timeout | undefined;
+  /** The SSE response headers, with the session's id once it has one (built once, not per answer). */
+  private sseHeaders: Record<string, string> = SSE_HEADERS;
 
   constructor(private readonly options: SessionTransportOptions) {}
 
@@ -96,10 +98,7 @@ export class NodeSessionTransport implements Transport {
       case 'DELETE':
         return this.delete(req, res);
       default:
-        this.onerror?.(new Error('Method not allowed.'));
-        res
-          .writeHead(405, { allow: 'GET, POST, DELETE', 'content-type': 'application/json' })
-          .end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'Method not allowed.' }, id: null }));
+        return this.refuse(res, 405, -32000, 'Method not allowed.', { allow: 'GET, POST, DELETE' });
     }
   }
 
@@ -109,7 +108,7 @@ export class NodeSessionTransport implements Transport {
     if (requestId === undefined) {
       if (response)
         throw new Error('Cannot send a response on a standalone SSE stream unless resuming a previous client request');
-      if (this.standalone) await write(this.standalone, event(message), false);
+      if (this.standalone) await this.write(this.standalone, event(message), false);
       return;
     }
     const stream = this.streams.get(requestId);
@@ -127,16 +126,14 @@ export class NodeSessionTransport implements Transport {
         );
       return;
     }
-    await write(stream.res, event(message), last, this.sessionId);
+    await this.write(stream.res, event(message), last);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.keepAlive);
-    const open = new Set([...this.streams.values()].map((s) => s.res));
-    if (this.standalone) open.add(this.standalone);
-    for (const res of open) if (!res.writableEnded) res.end();
+    for (const res of this.openResponses()) if (!res.writableEnded) res.end();
     this.streams.clear();
     this.standalone = undefined;
     this.onclose?.();
@@ -163,7 +160,7 @@ export class NodeSessionTransport implements Transport {
       messages = Array.isArray(body) ? body.map((m) => parseJSONRPCMessage(m)) : [parseJSONRPCMessage(body)];
     } catch (err) {
       this.onerror?.(err as Error);
-      return this.refuse(res, 400, -32700, 'Parse error: Invalid JSON-RPC message', false);
+      return this.refuse(res, 400, -32700, 'Parse error: Invalid JSON-RPC message', {}, false);
     }
     // The SDK's schema check, only for what names the method: the rest are classified by shape,
     // which the message schema has already settled.
@@ -176,6 +173,7 @@ export class NodeSessionTransport implements Transport {
         return this.refuse(res, 400, -32600, 'Invalid Request: Only one initialization request is allowed');
       }
       this.sessionId = this.options.sessionIdGenerator();
+      this.sseHeaders = { ...SSE_HEADERS, 'mcp-session-id': this.sessionId };
       this.initialized = true;
       this.options.onsessioninitialized?.(this.sessionId);
     } else if (!this.validSession(req, res)) {
@@ -204,7 +202,7 @@ export class NodeSessionTransport implements Transport {
     if (this.standalone) {
       return this.refuse(res, 409, -32000, 'Conflict: Only one SSE stream is allowed per session');
     }
-    res.writeHead(200, this.sseHeaders());
+    res.writeHead(200, this.sseHeaders);
     res.flushHeaders();
     this.standalone = res;
     res.on('close', () => {
@@ -247,24 +245,56 @@ export class NodeSessionTransport implements Transport {
   }
 
   /** A JSON-RPC error for the whole HTTP request (no id: it may carry several messages or none). */
-  private refuse(res: ServerResponse, status: number, code: number, message: string, report = true): void {
+  private refuse(
+    res: ServerResponse,
+    status: number,
+    code: number,
+    message: string,
+    headers: Record<string, string> = {},
+    report = true,
+  ): void {
     if (report) this.onerror?.(new Error(message));
     res
-      .writeHead(status, { 'content-type': 'application/json' })
+      .writeHead(status, { ...headers, 'content-type': 'application/json' })
       .end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
   }
 
-  private sseHeaders(): Record<string, string> {
-    return this.sessionId === undefined ? SSE_HEADERS : { ...SSE_HEADERS, 'mcp-session-id': this.sessionId };
+  /** The responses still open: the POSTs' streams whose client is there, and the GET's. */
+  private openResponses(): Set<ServerResponse> {
+    const open = new Set([...this.streams.values()].filter((s) => !s.gone).map((s) => s.res));
+    if (this.standalone) open.add(this.standalone);
+    return open;
   }
 
   private sendKeepAlive(): void {
-    const open = new Set([...this.streams.values()].filter((s) => !s.gone).map((s) => s.res));
-    if (this.standalone) open.add(this.standalone);
-    for (const res of open) {
-      if (!res.headersSent) res.writeHead(200, this.sseHeaders());
+    for (const res of this.openResponses()) {
+      if (!res.headersSent) res.writeHead(200, this.sseHeaders);
       if (!res.writableEnded) res.write(': keepalive\n\n');
     }
+  }
+
+  /**
+   * Writes an SSE event to a POST's or the GET's stream, with the headers when they have not gone
+   * yet (so that an answer that comes alone leaves in one write), ending the stream after the last
+   * answer; resolves once the socket can take more.
+   */
+  private write(res: ServerResponse, data: string, last: boolean): Promise<void> {
+    if (res.writableEnded) return Promise.resolve();
+    if (!res.headersSent) res.writeHead(200, this.sseHeaders);
+    if (last) {
+      res.end(data);
+      return Promise.resolve();
+    }
+    if (res.write(data)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        res.off('drain', done);
+        res.off('close', done);
+        resolve();
+      };
+      res.on('drain', done);
+      res.on('close', done);
+    });
   }
 }
 
@@ -278,30 +308,4 @@ function isRequest(message: JSONRPCMessage): message is JSONRPCMessage & { id: R
 
 function event(message: JSONRPCMessage): string {
   return `event: message\ndata: ${JSON.stringify(message)}\n\n`;
-}
-
-/**
- * Writes an SSE event to a POST's or the GET's stream, with the headers when they have not gone
- * yet (so that an answer that comes alone leaves in one write), ending the stream after the last
- * answer; resolves once the socket can take more.
- */
-function write(res: ServerResponse, data: string, last: boolean, sessionId?: string): Promise<void> {
-  if (res.writableEnded) return Promise.resolve();
-  if (!res.headersSent) {
-    res.writeHead(200, sessionId === undefined ? SSE_HEADERS : { ...SSE_HEADERS, 'mcp-session-id': sessionId });
-  }
-  if (last) {
-    res.end(data);
-    return Promise.resolve();
-  }
-  if (res.write(data)) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
 }
