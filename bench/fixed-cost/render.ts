@@ -8,6 +8,11 @@ function cpuCells(s: ScenarioResult): string {
   return s.cpu_ms_per_call ? `${s.cpu_ms_per_call.gateway} | ${s.cpu_ms_per_call.worker}` : ' | ';
 }
 
+/** What a call costs above the architecture floor and the forward pass, in ms. */
+function aboveFloor(p50: number, floor: number, raw: number): number {
+  return Math.round((p50 - floor - raw) * 1000) / 1000;
+}
+
 export function renderFixedCost(files: unknown[]): string {
   const runs = files as FixedCostResult[];
   const r = runs.at(-1) as FixedCostResult;
@@ -40,6 +45,12 @@ export function renderFixedCost(files: unknown[]): string {
     '',
     `The protocol floor: tensorgate's cheapest tool call (\`list_models\`) takes ${p50('stdio/list_models')} ms over stdio, the MCP TypeScript SDK alone carrying the same \`infer\` arguments to a no-op tool ${p50('sdk-echo/path')} ms, and a bare JSON-RPC echo over a pipe ${p50('echo/path')} ms.`,
     '',
+    ...(r.scenarios.some((s) => s.name === 'floor/hop')
+      ? [
+          `The architecture floor (\`hop-server.ts\`): a bare node:http server answers the OIP request in ${p50('floor/http')} ms; with one round trip to a Python process over tensorgate's channel and framing, but no model, in ${p50('floor/hop')} ms, and ${p50('floor/hop+spin')} ms with that process spinning. Above that floor plus the raw forward, \`oip/binary\` spends ${aboveFloor(p50('oip/binary'), p50('floor/hop'), raw.latency.p50)} ms and \`oip/binary+spin\` ${aboveFloor(p50('oip/binary+spin'), p50('floor/hop+spin'), raw.latency.p50)} ms: tensorgate's own work per call, gateway and worker.`,
+          '',
+        ]
+      : []),
     '### Server stage timings (medians, ms)',
     '',
     "As the server reports them; _outside server_ = p50 of the call - the server's total: the transport (HTTP or MCP stdio), the SDK and the client.",

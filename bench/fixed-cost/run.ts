@@ -20,7 +20,11 @@
  *   2026-07-28 revision (no session, a server built per request);
  * - `sdk-echo/path`: the MCP TypeScript SDK alone (McpServer over its stdio transport, a no-op
  *   `infer` tool) carrying the same arguments;
- * - `echo/path`: a bare newline-delimited JSON-RPC echo over a pipe, no SDK at all.
+ * - `echo/path`: a bare newline-delimited JSON-RPC echo over a pipe, no SDK at all;
+ * - `floor/http`, `floor/hop`, `floor/hop+spin`: the architecture floor for `oip/binary`
+ *   (hop-server.ts): a bare node:http server answering the same request with an answer of the
+ *   same size, at once or after one round trip to a Python process over a socket pair, framed and
+ *   answered as a worker does (tensorgate's own channel, spinning or not), with no model.
  *
  * Per scenario it reports the latency and, for the tensorgate ones, the CPU time per call of the
  * gateway and of the model's worker (from /proc), which is what the spin costs.
@@ -40,7 +44,7 @@ import { BaselineProcess, EchoConnection, McpConnection } from '../mcp-overhead/
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, medianPerKey, round } from '../mcp-overhead/stats.js';
 import { binaryRequest, postForHeader } from '../oip/requests.js';
-import { startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
+import { startProcess, startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
 import type { FixedCostResult, ScenarioResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -122,6 +126,13 @@ async function main(): Promise<void> {
   await stdio.waitReady(SPIN_MODEL);
   const sdkEcho = await McpConnection.openSdkEcho();
   const echo = new EchoConnection();
+  const floor = await startProcess(
+    process.execPath,
+    ['--import', 'tsx', join(ROOT, 'bench/fixed-cost/hop-server.ts'), pythonExecutable(), String(spinUs)],
+    ROOT,
+    /(http:\/\/[\d.]+:\d+)/,
+  );
+  const floorBase = floor.match[1] as string;
   const baseline = new BaselineProcess(pythonExecutable(), plainDir, npy, 200);
   const baselineInfo = await baseline.ready;
 
@@ -129,6 +140,10 @@ async function main(): Promise<void> {
   const oip = (model: string) => async () => {
     const header = await postForHeader(http.base, `/v2/models/${model}/infer`, body);
     return stageTimings(header.parameters as Record<string, number>);
+  };
+  const bare = (path: string) => async () => {
+    await postForHeader(floorBase, path, body);
+    return undefined;
   };
   const mcp = (conn: McpConnection, tool: string, args: Record<string, unknown>) => async () =>
     (await conn.callTool(tool, args)).timings;
@@ -190,6 +205,24 @@ async function main(): Promise<void> {
         return undefined;
       },
     },
+    {
+      name: 'floor/http',
+      what: 'bare node:http server, the same request and an answer of the same size: the HTTP floor',
+      call: bare('/echo'),
+      pid: floor.child.pid,
+    },
+    {
+      name: 'floor/hop',
+      what: "the same server after one round trip to a Python process over a socket pair, framed as tensorgate's worker channel, no model: the architecture floor",
+      call: bare('/hop'),
+      pid: floor.child.pid,
+    },
+    {
+      name: 'floor/hop+spin',
+      what: `the same, the Python side spinning ${spinUs} µs`,
+      call: bare('/hop-spin'),
+      pid: floor.child.pid,
+    },
   ];
 
   const latencies = new Map<string, number[]>([['raw', []]]);
@@ -244,7 +277,7 @@ async function main(): Promise<void> {
     });
   }
   const p50 = (name: string) => (results.find((r) => r.name === name) as ScenarioResult).latency.p50;
-  const floor = p50('stdio/list_models');
+  const protocolFloor = p50('stdio/list_models');
   const targets = ['', '+spin'].flatMap((suffix) => [
     {
       target: `oip/binary${suffix}`,
@@ -257,8 +290,8 @@ async function main(): Promise<void> {
       target: `stdio/path${suffix}`,
       goal: `p50 <= raw + list_models floor + ${STDIO_TARGET_MS} ms`,
       measured_over_raw_ms: round(p50(`stdio/path${suffix}`) - raw.p50),
-      allowed_ms: round(floor + STDIO_TARGET_MS),
-      met: p50(`stdio/path${suffix}`) - raw.p50 <= floor + STDIO_TARGET_MS,
+      allowed_ms: round(protocolFloor + STDIO_TARGET_MS),
+      met: p50(`stdio/path${suffix}`) - raw.p50 <= protocolFloor + STDIO_TARGET_MS,
     },
   ]);
 
@@ -304,7 +337,7 @@ async function main(): Promise<void> {
     echo.close(),
     baseline.close(),
   ]);
-  await stopProcess(http.child);
+  await Promise.all([stopProcess(http.child), stopProcess(floor.child)]);
 }
 
 main().catch(async (err: unknown) => {
