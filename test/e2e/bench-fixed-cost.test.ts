@@ -10,8 +10,8 @@ import type { FixedCostResult } from '../../bench/fixed-cost/results.js';
 
 /**
  * A smoke run of bench/fixed-cost, short enough for CI: the real servers (HTTP and stdio), the
- * spinning and the plain worker, the SDK's echo server and the bare JSON-RPC echo, the result file
- * and its docs section. The figures themselves come from full runs (docs/benchmarks.md).
+ * spinning and the plain worker, the SDK's echo server, the bare JSON-RPC echo and the architecture
+ * floor's HTTP server with its Python hop, the result file and its docs section. The figures themselves come from full runs (docs/benchmarks.md).
  */
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -38,6 +38,9 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
       'stdio/list_models',
       'sdk-echo/path',
       'echo/path',
+      'floor/http',
+      'floor/hop',
+      'floor/hop+spin',
     ]);
     for (const s of file.scenarios) assert.equal(s.latency.n, 20, s.name);
     // The tensorgate inference scenarios carry the server's own stage timings and CPU figures.
@@ -55,5 +58,9 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     assert.match(section, /^## Fixed cost per call \(bench\/fixed-cost\)/);
     assert.match(section, /\| `stdio\/list_models` \|/);
     assert.match(section, /### Server stage timings/);
+    // The floor's hop answers through a real Python process, which costs CPU of its own.
+    const hop = file.scenarios.find((x) => x.name === 'floor/hop');
+    assert.ok(hop?.cpu_ms_per_call && hop.cpu_ms_per_call.worker >= 0);
+    assert.match(section, /The architecture floor \(`hop-server.ts`\): a bare node:http server answers/);
   });
 });
