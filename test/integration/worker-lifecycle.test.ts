@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { defaultConfig } from '../../src/config.js';
+import { eventLoopSpin } from '../../src/engines/torch/loop-spin.js';
 import { Gateway } from '../../src/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 import { processState, workerPids } from '../helpers/processes.js';
@@ -122,6 +123,42 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     assert.deepEqual(values(again)[0]?.values, [[11, 22]]);
     assert.ok(workerPids().includes(restarted));
     await gateway.unloadModel('spinner');
+  });
+
+  it('keeps its event loop turning while a spinning worker computes, and lets go when the worker dies', async () => {
+    // sleepy sleeps 0.5 s per call; with the longest spin a config allows (0.1 s) the gateway's
+    // first wait for it begins awake (docs/worker-protocol.md#spinning).
+    const dir = copyModel('sleepy', 'sleepy-spin', (config) => {
+      config.resources = { ...config.resources, spin_us: 100_000 };
+    });
+    const before = workerPids();
+    assert.equal((await gateway.register(dir)).versions[0]?.state, 'ready');
+    const [pid] = workerPids().filter((p) => !before.includes(p));
+    assert.ok(pid, 'sleepy-spin has a worker');
+    const turnsBefore = eventLoopSpin.turns;
+    const sent = performance.now();
+    // Before the spin's own deadline (0.1 s after the call): what is seen then is the hold's doing.
+    const withinSpin = () => performance.now() - sent < 90;
+    const running = gateway.infer({ model: 'sleepy-spin', inputs: { x: [[1, 2, 3, 4]] } });
+    // A timer still fires while the loop is held: the gateway serves on while it waits awake.
+    await new Promise((r) => setTimeout(r, 20));
+    assert.ok(eventLoopSpin.turns > turnsBefore, 'the loop turned while the worker computed');
+    if (withinSpin()) assert.equal(eventLoopSpin.spinning, true, 'the loop is held while the worker computes');
+    process.kill(pid, 'SIGKILL');
+    await assert.rejects(running, { code: 'WORKER_CRASHED' });
+    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+    if (withinSpin()) assert.equal(eventLoopSpin.spinning, false, 'the hold went with the failed request');
+    await waitFor('sleepy-spin ready again', () =>
+      gateway.modelInfo('sleepy-spin').versions[0]?.state === 'ready' ? true : undefined,
+    );
+    // The same bytes as the model that does not spin, for the same input.
+    const [spun, plain] = await Promise.all([
+      gateway.infer({ model: 'sleepy-spin', inputs: { x: [[1.5, -2, 3.25, 4]] } }),
+      gateway.infer({ model: 'sleepy', inputs: { x: [[1.5, -2, 3.25, 4]] } }),
+    ]);
+    assert.deepEqual(spun.outputs[0]?.summary?.values, [[3, -4, 6.5, 8]]);
+    assert.deepEqual(spun.outputs[0]?.summary, plain.outputs[0]?.summary);
+    await gateway.unloadModel('sleepy-spin');
   });
 
   it('reports a model whose weights cannot load as failed, with the reason, and keeps serving others', async () => {

@@ -11,6 +11,7 @@ import type {
   NamedTensor,
 } from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
+import { AnswerSpin } from './loop-spin.js';
 import { InferResultSchema, LoadResultSchema, loadRequestModel, type TensorHeader } from './protocol.js';
 import { WorkerProcess } from './worker-process.js';
 
@@ -36,6 +37,8 @@ export class TorchInstance implements EngineInstance {
   /** Output slots already copied out, to be freed by the worker with the next request. */
   private readonly readOutputs: number[] = [];
   private readonly crashListeners: ((err: Error) => void)[] = [];
+  /** Whether the gateway waits for this worker's answers awake: set by the spin the load reports. */
+  private answerSpin: AnswerSpin | undefined;
 
   constructor(
     private readonly spec: ModelVersionSpec,
@@ -77,6 +80,8 @@ export class TorchInstance implements EngineInstance {
     const loaded = LoadResultSchema.parse(
       await this.loadWithin(worker, { model, variants, ...(spinUs !== undefined ? { spin_us: spinUs } : {}) }),
     );
+    // A worker that spins answers at once; the gateway keeps its loop turning for that answer.
+    this.answerSpin = new AnswerSpin((loaded.spin_us ?? 0) / 1000);
     return {
       device: loaded.device,
       loadMs: loaded.load_ms,
@@ -121,11 +126,17 @@ export class TorchInstance implements EngineInstance {
       const t1 = performance.now();
       // Output slots read by the previous request are freed by this one's header: no extra message.
       const release = this.readOutputs.splice(0);
-      const raw = await worker.request('infer', {
-        inputs: headers,
-        parameters: { precision: request.precision },
-        ...(release.length > 0 ? { release } : {}),
-      });
+      const answered = this.answerSpin?.begin();
+      let raw: Record<string, unknown>;
+      try {
+        raw = await worker.request('infer', {
+          inputs: headers,
+          parameters: { precision: request.precision },
+          ...(release.length > 0 ? { release } : {}),
+        });
+      } finally {
+        answered?.();
+      }
       const t2 = performance.now();
       const result = InferResultSchema.parse(raw);
       const outputs: NamedTensor[] = result.outputs.map((h) => ({

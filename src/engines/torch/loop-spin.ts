@@ -1,0 +1,84 @@
+import { performance } from 'node:perf_hooks';
+
+/**
+ * The gateway's half of spinning (docs/worker-protocol.md#spinning). A spinning worker answers
+ * without being woken, but its answer still lands on a gateway asleep in epoll: the worker's
+ * send pays for waking it and the gateway's answer starts only once its thread is back on a core.
+ * While a request to a spinning worker is in flight, the event loop is kept turning instead
+ * (setImmediate each turn, so libuv polls for I/O without blocking): the answer is read the turn
+ * it arrives. Other I/O and timers run as usual in between; the price is the gateway's core busy
+ * while it waits, bounded by one core whatever the number of workers, since there is one loop.
+ */
+export class EventLoopSpin {
+  private holds = 0;
+  private until = 0;
+  private turning = false;
+  /** Turns the loop took while held, for tests and diagnostics. */
+  turns = 0;
+
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  /** Whether the loop is being kept turning now. */
+  get spinning(): boolean {
+    return this.turning;
+  }
+
+  /**
+   * Keeps the loop turning until every hold is released or `ms` from now has passed, whichever
+   * comes first; returns the release (calling it twice releases once).
+   */
+  hold(ms: number): () => void {
+    this.holds++;
+    this.until = Math.max(this.until, this.now() + ms);
+    if (!this.turning) {
+      this.turning = true;
+      setImmediate(this.turn);
+    }
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.holds--;
+    };
+  }
+
+  private readonly turn = (): void => {
+    if (this.holds > 0 && this.now() < this.until) {
+      this.turns++;
+      setImmediate(this.turn);
+      return;
+    }
+    this.turning = false;
+    if (this.holds === 0) this.until = 0;
+  };
+}
+
+/** The gateway's one event loop: every worker's waits share it. */
+export const eventLoopSpin = new EventLoopSpin();
+
+/**
+ * The spin rule for one worker's answers, the worker's own rule mirrored: a wait starts with the
+ * loop held only when the previous answer came within `spinMs` of its request, so a worker whose
+ * forward passes take longer than the spin (a big model, a long queue) is waited for asleep, and
+ * one that answers fast is waited for awake.
+ */
+export class AnswerSpin {
+  private lastWaitMs: number | undefined;
+
+  constructor(
+    readonly spinMs: number,
+    private readonly loop: EventLoopSpin = eventLoopSpin,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** Called as a request is sent; the function it returns, when its answer (or failure) arrives. */
+  begin(): () => void {
+    const started = this.now();
+    const pays = this.spinMs > 0 && (this.lastWaitMs === undefined || this.lastWaitMs <= this.spinMs);
+    const release = pays ? this.loop.hold(this.spinMs) : undefined;
+    return () => {
+      this.lastWaitMs = this.now() - started;
+      release?.();
+    };
+  }
+}
