@@ -2,7 +2,7 @@
 """Serving on a GPU: what a call costs over a raw forward, and how much of the device it uses.
 
     python3 bench/gpu/serving.py [--device cuda] [--seconds 5] [--spin-us 1000]
-                                 [--batching 32:2000:1,32:1000:2] [--out DIR]
+                                 [--wider-spin-us 3000] [--batching 32:2000:1,32:1000:2] [--out DIR]
 
 The demo image model (ResNet-18 shape, ``.pt2``, 1x3x224x224 float32) on ``--device``, served by
 ``tensorgate serve`` (``node bin/tensorgate.js``, workers on this interpreter), against the raw
@@ -11,6 +11,10 @@ batch 1 (latency) and batch 32 (rows per second).
 
 - Concurrency 1, sequential calls for ``--seconds`` each: MCP stdio with the input as a ``.npy``
   path, OIP v2 binary tensor data, OIP v2 system shared memory, MCP Streamable HTTP by path.
+- Concurrency 1 again, stdio by path and OIP binary, against a copy whose spin is
+  ``--wider-spin-us``: the gateway waits for a worker's answer awake only when answers come within
+  the spin (docs/worker-protocol.md#spinning), and a GPU forward with its copies may take longer
+  than the default 1000 µs; the pair says whether waiting awake pays on this GPU.
 - Concurrency 32 against a copy with dynamic batching (``--batching`` max:delay_us:instances, a
   comma list to compare several): OIP shared memory, OIP binary, MCP Streamable HTTP by path, from
   4 client processes of 8 threads each (one Python process could not keep up), with the GPU's
@@ -60,7 +64,9 @@ TARGETS_C32_SHARE = {"oip/shm": 0.8, "oip/binary": 0.4, "http/path": 0.25}
 # --- the models and the raw forward --------------------------------------------------------------
 
 
-def build_repository(work: Path, device: str, spin_us: int, batching: list[str]) -> Path:
+def build_repository(
+    work: Path, device: str, spin_us: int, wider_spin_us: int, batching: list[str]
+) -> Path:
     demo, repo = work / "demo", work / "repo"
     subprocess.run(
         [
@@ -75,6 +81,9 @@ def build_repository(work: Path, device: str, spin_us: int, batching: list[str])
     )
     resources = {"device": device, "spin_us": spin_us}
     copy_model(demo, repo, "image", resources, None)
+    if wider_spin_us:
+        wider = {**resources, "spin_us": wider_spin_us}
+        copy_model(demo, repo, wider_name(wider_spin_us), wider, None)
     for setting in batching:
         max_rows, delay_us, instances = (int(v) for v in setting.split(":"))
         copy_model(
@@ -89,6 +98,10 @@ def build_repository(work: Path, device: str, spin_us: int, batching: list[str])
 
 def batched_name(setting: str) -> str:
     return "image-b" + setting.replace(":", "-")
+
+
+def wider_name(spin_us: int) -> str:
+    return f"image-spin{spin_us}"
 
 
 def copy_model(demo: Path, repo: Path, name: str, resources: dict, batching: dict | None) -> None:
@@ -470,6 +483,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--spin-us", type=int, default=1000)
+    parser.add_argument("--wider-spin-us", type=int, default=3000, help="0: no such block")
     # One instance waiting for full batches, and two sharing the GPU with a shorter delay (one
     # instance's copies and Python work overlap the other's compute).
     parser.add_argument(
@@ -480,7 +494,8 @@ def main() -> int:
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="tg-gpu-serving-"))
     settings = [s for s in args.batching.split(",") if s]
-    repo = build_repository(work, args.device, args.spin_us, settings)
+    repo = build_repository(work, args.device, args.spin_us, args.wider_spin_us, settings)
+    wider = [wider_name(args.wider_spin_us)] if args.wider_spin_us else []
     npy = str(work / "image.npy")
     x = np.random.default_rng(0).random(SHAPE, dtype=np.float32)
     np.save(npy, x)
@@ -508,7 +523,7 @@ def main() -> int:
     c32: dict[str, dict[str, Any]] = {}
     memory: dict[str, float] = {}
     try:
-        wait_ready(port, ["image", *map(batched_name, settings)])
+        wait_ready(port, ["image", *wider, *map(batched_name, settings)])
         stdio = McpStdio([*cli, "--registry", str(work / "stdio.db"), "serve", "--stdio"], env,
                          work / "stdio.log")  # fmt: skip
         arguments = {"model": "image", "inputs": {"image": {"path": npy}}}
@@ -526,6 +541,16 @@ def main() -> int:
             c1[form] = sequential(call, args.seconds)
             c1[form]["over_raw_ms"] = round(c1[form]["latency"]["p50"] - raw["latency"]["p50"], 3)
         forms["oip/shm"].release()  # type: ignore[attr-defined]
+        for model in wider:
+            spun = {**arguments, "model": model}
+            for form, call in {
+                "stdio/path": lambda spun=spun: stdio.tool("infer", spun),
+                "oip/binary": oip_binary_call(port, model, x),
+            }.items():
+                key = f"{form} (spin {args.wider_spin_us} µs)"
+                print(f"concurrency 1: {key}", file=sys.stderr)
+                c1[key] = sequential(call, args.seconds)
+                c1[key]["over_raw_ms"] = round(c1[key]["latency"]["p50"] - raw["latency"]["p50"], 3)
         for setting in settings:
             for form in ("oip/shm", "oip/binary", "http/path"):
                 print(f"concurrency 32, batching {setting}: {form}", file=sys.stderr)
@@ -559,6 +584,7 @@ def main() -> int:
         "config": {
             "seconds": args.seconds,
             "spin_us": args.spin_us,
+            "wider_spin_us": args.wider_spin_us,
             "batching": settings,
             "clients": f"{PROCESSES} processes x {THREADS} threads",
         },  # fmt: skip
