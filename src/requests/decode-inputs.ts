@@ -204,9 +204,20 @@ export function resolveAllowedPath(input: string, path: string, roots: string[])
   return { real, size: stats.size };
 }
 
+/**
+ * Allowed roots by their real paths, resolved at first use rather than per request (a syscall per
+ * root per input). A root re-pointed later (its symlink changed) keeps the target it had: the server
+ * never widens what it allows behind the operator's back. A root not there yet is looked up again.
+ */
+const realRoots = new Map<string, string>();
+
 function realRoot(root: string): string {
+  const known = realRoots.get(root);
+  if (known !== undefined) return known;
   try {
-    return realpathSync.native(root);
+    const real = realpathSync.native(root);
+    realRoots.set(root, real);
+    return real;
   } catch {
     return resolve(root);
   }

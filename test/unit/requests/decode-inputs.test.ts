@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -49,6 +49,36 @@ test('reads .npy files under an allowed root, and refuses symlinks that lead out
   assert.throws(() => decodeInputs(cfg.inputs, { x: { path: 'relative.npy' } }, ctx), { code: 'PATH_NOT_ALLOWED' });
   writeFileSync(join(root, 'x.txt'), 'hello');
   assert.throws(() => decodeInputs(cfg.inputs, { x: { path: join(root, 'x.txt') } }, ctx), { code: 'BAD_TENSOR' });
+});
+
+test('a root that is a symlink keeps the target it had when first used: re-pointing it widens nothing', () => {
+  const first = mkdtempSync(join(tmpdir(), 'tg-first-'));
+  const second = mkdtempSync(join(tmpdir(), 'tg-second-'));
+  const link = join(mkdtempSync(join(tmpdir(), 'tg-link-')), 'root');
+  symlinkSync(first, link);
+  const linked = { ...ctx, config: { ...ctx.config, allowedRoots: [link] } };
+  writeFileSync(join(first, 'a.npy'), npy([1, 2], [1, 2]));
+  writeFileSync(join(second, 'b.npy'), npy([3, 4], [1, 2]));
+  assert.deepEqual(decodeInputs(cfg.inputs, { x: { path: join(link, 'a.npy') } }, linked)[0]?.tensor.shape, [1, 2]);
+  rmSync(link);
+  symlinkSync(second, link);
+  // The file is found through the new link, but its real path lies outside the root as first resolved.
+  assert.throws(() => decodeInputs(cfg.inputs, { x: { path: join(link, 'b.npy') } }, linked), {
+    code: 'PATH_NOT_ALLOWED',
+  });
+  assert.deepEqual(decodeInputs(cfg.inputs, { x: { path: join(first, 'a.npy') } }, linked)[0]?.tensor.shape, [1, 2]);
+});
+
+test('a root missing at first use is looked up again once it exists', () => {
+  const later = join(mkdtempSync(join(tmpdir(), 'tg-later-')), 'models');
+  const target = mkdtempSync(join(tmpdir(), 'tg-target-'));
+  const linked = { ...ctx, config: { ...ctx.config, allowedRoots: [later] } };
+  assert.throws(() => decodeInputs(cfg.inputs, { x: { path: join(later, 'a.npy') } }, linked), {
+    code: 'FILE_NOT_FOUND',
+  });
+  symlinkSync(target, later);
+  writeFileSync(join(target, 'a.npy'), npy([1, 2], [1, 2]));
+  assert.deepEqual(decodeInputs(cfg.inputs, { x: { path: join(later, 'a.npy') } }, linked)[0]?.tensor.shape, [1, 2]);
 });
 
 test('bad forms, oversize arrays and unknown names are refused with their codes', () => {
