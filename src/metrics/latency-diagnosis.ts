@@ -91,7 +91,7 @@ function advice(
       return `${head}: the input bytes themselves are large. Pass a tensor:// handle from an earlier output, or use OIP v2 shared memory, so they are not decoded and copied per request.`;
     }
     case 'transfer':
-      return `${head}: moving tensors to and from the worker costs more than the forward pass. Batching spreads the round trip over more rows; if the server log says "input arenas use fs writes", build the mmap addon (npm run build:native) to save a copy.`;
+      return `${head}: moving tensors to and from the worker costs more than the forward pass. Batching spreads the round trip over more rows. For a model called back to back, resources.spin_us keeps the worker and the gateway awake between its calls instead of waking each other per call (the CUDA default is 1000; answers slower than the spin are waited for asleep), at the price of busy cores. If the server log says "input arenas use fs writes", build the mmap addon (npm run build:native) to save a copy.`;
     case 'compute': {
       const gpu = gpuFinding(head, ctx, batchAvg);
       if (gpu) return gpu;

@@ -92,6 +92,18 @@ describe('diagnoseWindow', () => {
     assert.match(d.findings[0] as string, /tensor:\/\/ handle.*shared memory/);
   });
 
+  it('the worker round trip of a small model: batching, and spinning for calls back to back', () => {
+    const d = diagnoseWindow(
+      window(5, () => t({ transfer_ms: 0.3, compute_ms: 0.1 })),
+      ctx,
+    );
+    assert.equal(d.dominant, 'transfer');
+    assert.match(
+      d.findings[0] as string,
+      /^transfer dominates \(75% .*Batching .*resources\.spin_us keeps the worker and the gateway awake/,
+    );
+  });
+
   it('decoding images in the worker (a model with processing): smaller images, more instances', () => {
     const d = diagnoseWindow(
       window(5, () => t({ decode_ms: 0.1, preprocess_ms: 30, compute_ms: 4, postprocess_ms: 0.02 }), 'path'),
