@@ -56,11 +56,22 @@ export class EventLoopSpin {
 /** The gateway's one event loop: every worker's waits share it. */
 export const eventLoopSpin = new EventLoopSpin();
 
+/** Runs `fn` after `ms`; returns the cancel. Injected by tests, setTimeout otherwise. */
+export type Schedule = (fn: () => void, ms: number) => () => void;
+
+const afterTimeout: Schedule = (fn, ms) => {
+  const timer = setTimeout(fn, ms);
+  return () => clearTimeout(timer);
+};
+
 /**
- * The spin rule for one worker's answers, the worker's own rule mirrored: a wait starts with the
- * loop held only when the previous answer came within `spinMs` of its request, so a worker whose
- * forward passes take longer than the spin (a big model, a long queue) is waited for asleep, and
- * one that answers fast is waited for awake.
+ * When the gateway waits for one worker's answers awake. The worker's own rule is mirrored: an
+ * answer expected within `spinMs` (the previous one came that fast) is waited for awake from the
+ * start. An answer expected later (a forward pass on a GPU with its copies takes longer than the
+ * default 1 ms spin; a big model far longer) is waited for asleep until `spinMs` before it is due,
+ * then awake for up to twice the spin, so the wake-up the spin is there to save is saved for
+ * slower models too, and the loop turns for at most `2 × spinMs` per answer, however long the
+ * forward pass.
  */
 export class AnswerSpin {
   private lastWaitMs: number | undefined;
@@ -69,15 +80,26 @@ export class AnswerSpin {
     readonly spinMs: number,
     private readonly loop: EventLoopSpin = eventLoopSpin,
     private readonly now: () => number = () => performance.now(),
+    private readonly schedule: Schedule = afterTimeout,
   ) {}
 
   /** Called as a request is sent; the function it returns, when its answer (or failure) arrives. */
   begin(): () => void {
     const started = this.now();
-    const pays = this.spinMs > 0 && (this.lastWaitMs === undefined || this.lastWaitMs <= this.spinMs);
-    const release = pays ? this.loop.hold(this.spinMs) : undefined;
+    const expected = this.lastWaitMs;
+    let release: (() => void) | undefined;
+    let cancel: (() => void) | undefined;
+    if (this.spinMs > 0) {
+      if (expected === undefined || expected <= this.spinMs) release = this.loop.hold(this.spinMs);
+      else
+        cancel = this.schedule(() => {
+          cancel = undefined;
+          release = this.loop.hold(2 * this.spinMs);
+        }, expected - this.spinMs);
+    }
     return () => {
       this.lastWaitMs = this.now() - started;
+      cancel?.();
       release?.();
     };
   }

@@ -13,9 +13,11 @@ describe('EventLoopSpin', () => {
     const spin = new EventLoopSpin();
     const release = spin.hold(60_000);
     assert.equal(spin.spinning, true);
+    await turns(5);
+    assert.ok(spin.turns > 0, 'the loop turned while held');
     // A timer fires while the loop is held: holding polls, it does not block.
     await sleep(5);
-    assert.ok(spin.turns > 0, 'the loop turned while held');
+    assert.equal(spin.spinning, true);
     release();
     release(); // twice releases once
     await turns(3);
@@ -56,34 +58,90 @@ describe('EventLoopSpin', () => {
 });
 
 describe('AnswerSpin', () => {
-  it('holds the loop for a wait only when the previous answer came within the spin', async () => {
+  /** A schedule that runs nothing by itself: the test fires what it holds. */
+  function manualSchedule() {
+    const pending: { fn: () => void; ms: number; cancelled: boolean }[] = [];
+    const schedule = (fn: () => void, ms: number) => {
+      const entry = { fn, ms, cancelled: false };
+      pending.push(entry);
+      return () => {
+        entry.cancelled = true;
+      };
+    };
+    return { pending, schedule };
+  }
+
+  it('waits awake from the start for answers that come within the spin', async () => {
     let now = 0;
     const loop = new EventLoopSpin(() => now);
-    const answers = new AnswerSpin(1, loop, () => now);
-    // The first wait spins: nothing says yet that answers are slow.
+    const { pending, schedule } = manualSchedule();
+    const answers = new AnswerSpin(1, loop, () => now, schedule);
+    // The first wait is awake: nothing says yet that answers are slow.
     let answered = answers.begin();
     assert.equal(loop.spinning, true);
-    now += 5; // a slow answer: 5 ms against a 1 ms spin
-    answered();
-    await turns(3);
-    assert.equal(loop.spinning, false);
-    // After a slow answer the next wait sleeps...
-    answered = answers.begin();
-    assert.equal(loop.spinning, false, 'no spin after an answer slower than the spin');
     now += 0.5;
     answered();
-    // ...and after a fast one it spins again.
     answered = answers.begin();
-    assert.equal(loop.spinning, true, 'a spin again after an answer within the spin');
+    assert.equal(loop.spinning, true, 'awake again after an answer within the spin');
+    now += 0.5;
     answered();
     await turns(3);
     assert.equal(loop.spinning, false);
+    assert.equal(pending.length, 0, 'no timer for fast answers');
+  });
+
+  it('sleeps through most of a slow answer and wakes a spin before it is due', async () => {
+    let now = 0;
+    const loop = new EventLoopSpin(() => now);
+    const { pending, schedule } = manualSchedule();
+    const answers = new AnswerSpin(1, loop, () => now, schedule);
+    let answered = answers.begin();
+    now += 5; // a 5 ms answer against a 1 ms spin
+    answered();
+    await turns(3);
+    answered = answers.begin();
+    assert.equal(loop.spinning, false, 'asleep at first');
+    assert.deepEqual(
+      pending.map((p) => p.ms),
+      [4],
+      'woken 1 ms (the spin) before the answer is due',
+    );
+    now += 4;
+    pending[0]?.fn();
+    assert.equal(loop.spinning, true, 'awake for the end of the wait');
+    now += 1;
+    answered();
+    await turns(3);
+    assert.equal(loop.spinning, false, 'asleep again once the answer is in');
+  });
+
+  it('cancels the wake-up when a slow model answers early, and learns the shorter wait', async () => {
+    let now = 0;
+    const loop = new EventLoopSpin(() => now);
+    const { pending, schedule } = manualSchedule();
+    const answers = new AnswerSpin(1, loop, () => now, schedule);
+    let answered = answers.begin();
+    now += 5;
+    answered();
+    await turns(3);
+    answered = answers.begin();
+    now += 0.5; // early
+    answered();
+    assert.equal(pending[0]?.cancelled, true);
+    assert.equal(loop.spinning, false);
+    answered = answers.begin();
+    assert.equal(loop.spinning, true, 'the last answer came within the spin: awake from the start');
+    answered();
+    await turns(3);
   });
 
   it('never holds the loop for a worker that does not spin', () => {
     const loop = new EventLoopSpin();
-    const answered = new AnswerSpin(0, loop).begin();
+    const { pending, schedule } = manualSchedule();
+    const answers = new AnswerSpin(0, loop, undefined, schedule);
+    answers.begin()();
+    answers.begin()();
     assert.equal(loop.spinning, false);
-    answered();
+    assert.equal(pending.length, 0);
   });
 });
