@@ -81,7 +81,7 @@ export class TorchInstance implements EngineInstance {
       await this.loadWithin(worker, { model, variants, ...(spinUs !== undefined ? { spin_us: spinUs } : {}) }),
     );
     // A worker that spins answers at once; the gateway keeps its loop turning for that answer.
-    this.answerSpin = new AnswerSpin((loaded.spin_us ?? 0) / 1000);
+    this.answerSpin = new AnswerSpin((loaded.spin_us ?? 0) / 1000, { wakeEarly: loaded.device.startsWith('cuda') });
     return {
       device: loaded.device,
       loadMs: loaded.load_ms,

@@ -75,7 +75,7 @@ describe('AnswerSpin', () => {
     let now = 0;
     const loop = new EventLoopSpin(() => now);
     const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, loop, () => now, schedule);
+    const answers = new AnswerSpin(1, { loop, now: () => now, schedule, wakeEarly: true });
     // The first wait is awake: nothing says yet that answers are slow.
     let answered = answers.begin();
     assert.equal(loop.spinning, true);
@@ -94,7 +94,7 @@ describe('AnswerSpin', () => {
     let now = 0;
     const loop = new EventLoopSpin(() => now);
     const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, loop, () => now, schedule);
+    const answers = new AnswerSpin(1, { loop, now: () => now, schedule, wakeEarly: true });
     let answered = answers.begin();
     now += 5; // a 5 ms answer against a 1 ms spin
     answered();
@@ -119,7 +119,7 @@ describe('AnswerSpin', () => {
     let now = 0;
     const loop = new EventLoopSpin(() => now);
     const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, loop, () => now, schedule);
+    const answers = new AnswerSpin(1, { loop, now: () => now, schedule, wakeEarly: true });
     let answered = answers.begin();
     now += 5;
     answered();
@@ -135,10 +135,26 @@ describe('AnswerSpin', () => {
     await turns(3);
   });
 
+  it('without wakeEarly (a model on the CPU) waits for a slow answer asleep throughout', async () => {
+    let now = 0;
+    const loop = new EventLoopSpin(() => now);
+    const { pending, schedule } = manualSchedule();
+    const answers = new AnswerSpin(1, { loop, now: () => now, schedule });
+    let answered = answers.begin();
+    now += 5;
+    answered();
+    await turns(3);
+    answered = answers.begin();
+    assert.equal(loop.spinning, false);
+    assert.equal(pending.length, 0, 'no wake-up is scheduled');
+    now += 5;
+    answered();
+  });
+
   it('never holds the loop for a worker that does not spin', () => {
     const loop = new EventLoopSpin();
     const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(0, loop, undefined, schedule);
+    const answers = new AnswerSpin(0, { loop, schedule, wakeEarly: true });
     answers.begin()();
     answers.begin()();
     assert.equal(loop.spinning, false);
