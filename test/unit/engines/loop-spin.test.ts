@@ -58,8 +58,13 @@ describe('EventLoopSpin', () => {
 });
 
 describe('AnswerSpin', () => {
-  /** A schedule that runs nothing by itself: the test fires what it holds. */
-  function manualSchedule() {
+  /**
+   * An AnswerSpin on a clock the test moves (`clock.now`) and a schedule that runs nothing by
+   * itself: the test fires what `pending` holds.
+   */
+  function rig(spinMs: number, wakeEarly: boolean) {
+    const clock = { now: 0 };
+    const loop = new EventLoopSpin(() => clock.now);
     const pending: { fn: () => void; ms: number; cancelled: boolean }[] = [];
     const schedule = (fn: () => void, ms: number) => {
       const entry = { fn, ms, cancelled: false };
@@ -68,22 +73,20 @@ describe('AnswerSpin', () => {
         entry.cancelled = true;
       };
     };
-    return { pending, schedule };
+    const answers = new AnswerSpin(spinMs, { loop, now: () => clock.now, schedule, wakeEarly });
+    return { clock, loop, pending, answers };
   }
 
   it('waits awake from the start for answers that come within the spin', async () => {
-    let now = 0;
-    const loop = new EventLoopSpin(() => now);
-    const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, { loop, now: () => now, schedule, wakeEarly: true });
+    const { clock, loop, pending, answers } = rig(1, true);
     // The first wait is awake: nothing says yet that answers are slow.
     let answered = answers.begin();
     assert.equal(loop.spinning, true);
-    now += 0.5;
+    clock.now += 0.5;
     answered();
     answered = answers.begin();
     assert.equal(loop.spinning, true, 'awake again after an answer within the spin');
-    now += 0.5;
+    clock.now += 0.5;
     answered();
     await turns(3);
     assert.equal(loop.spinning, false);
@@ -91,12 +94,9 @@ describe('AnswerSpin', () => {
   });
 
   it('sleeps through most of a slow answer and wakes a spin before it is due', async () => {
-    let now = 0;
-    const loop = new EventLoopSpin(() => now);
-    const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, { loop, now: () => now, schedule, wakeEarly: true });
+    const { clock, loop, pending, answers } = rig(1, true);
     let answered = answers.begin();
-    now += 5; // a 5 ms answer against a 1 ms spin
+    clock.now += 5; // a 5 ms answer against a 1 ms spin
     answered();
     await turns(3);
     answered = answers.begin();
@@ -106,26 +106,23 @@ describe('AnswerSpin', () => {
       [4],
       'woken 1 ms (the spin) before the answer is due',
     );
-    now += 4;
+    clock.now += 4;
     pending[0]?.fn();
     assert.equal(loop.spinning, true, 'awake for the end of the wait');
-    now += 1;
+    clock.now += 1;
     answered();
     await turns(3);
     assert.equal(loop.spinning, false, 'asleep again once the answer is in');
   });
 
   it('cancels the wake-up when a slow model answers early, and learns the shorter wait', async () => {
-    let now = 0;
-    const loop = new EventLoopSpin(() => now);
-    const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, { loop, now: () => now, schedule, wakeEarly: true });
+    const { clock, loop, pending, answers } = rig(1, true);
     let answered = answers.begin();
-    now += 5;
+    clock.now += 5;
     answered();
     await turns(3);
     answered = answers.begin();
-    now += 0.5; // early
+    clock.now += 0.5; // early
     answered();
     assert.equal(pending[0]?.cancelled, true);
     assert.equal(loop.spinning, false);
@@ -136,25 +133,20 @@ describe('AnswerSpin', () => {
   });
 
   it('without wakeEarly (a model on the CPU) waits for a slow answer asleep throughout', async () => {
-    let now = 0;
-    const loop = new EventLoopSpin(() => now);
-    const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(1, { loop, now: () => now, schedule });
+    const { clock, loop, pending, answers } = rig(1, false);
     let answered = answers.begin();
-    now += 5;
+    clock.now += 5;
     answered();
     await turns(3);
     answered = answers.begin();
     assert.equal(loop.spinning, false);
     assert.equal(pending.length, 0, 'no wake-up is scheduled');
-    now += 5;
+    clock.now += 5;
     answered();
   });
 
   it('never holds the loop for a worker that does not spin', () => {
-    const loop = new EventLoopSpin();
-    const { pending, schedule } = manualSchedule();
-    const answers = new AnswerSpin(0, { loop, schedule, wakeEarly: true });
+    const { loop, pending, answers } = rig(0, true);
     answers.begin()();
     answers.begin()();
     assert.equal(loop.spinning, false);
