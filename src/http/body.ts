@@ -2,11 +2,76 @@ import type { IncomingMessage } from 'node:http';
 import { tgError } from '../errors.js';
 
 /**
- * The whole body, up to `limit` bytes (INPUT_TOO_LARGE past it). Read with 'data' and 'end'
- * listeners rather than `for await`: the async iterator costs a promise and a microtask per chunk,
- * a visible share of a small binary request.
+ * A request body as it came off the socket: the chunks, not one buffer. Joining a large body
+ * (a 600 KB image tensor arrives in about ten socket reads) into one fresh buffer costs a copy,
+ * the page faults of a new allocation, and external memory that brings V8's next full collection
+ * closer (docs/architecture.md, "Large bodies"). A tensor's bytes can instead go from the chunks
+ * straight into the shared-memory slot the worker reads.
  */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+export class ChunkedBody {
+  /** Where each chunk starts in the body, for finding the chunk an offset falls in. */
+  private readonly starts: number[];
+
+  constructor(
+    private readonly chunks: readonly Buffer[],
+    readonly length: number,
+  ) {
+    this.starts = [];
+    let start = 0;
+    for (const chunk of chunks) {
+      this.starts.push(start);
+      start += chunk.length;
+    }
+  }
+
+  /** Bytes [start, end) as one buffer: a view when they lie in one chunk, else a joined copy. */
+  slice(start: number, end: number): Buffer {
+    return this.view(start, end) ?? this.joined(start, end);
+  }
+
+  /** Bytes [start, end) as a view of the chunk they lie in, or undefined when they span chunks. */
+  view(start: number, end: number): Buffer | undefined {
+    if (start === end) return Buffer.alloc(0);
+    const i = this.chunkAt(start);
+    const chunk = this.chunks[i] as Buffer;
+    const from = start - (this.starts[i] as number);
+    return end - start <= chunk.length - from ? chunk.subarray(from, from + end - start) : undefined;
+  }
+
+  /** Copies bytes [start, end) into `target` (which holds at least end - start bytes). */
+  copyTo(target: Uint8Array, start: number, end: number): void {
+    let written = 0;
+    for (let i = start === end ? this.chunks.length : this.chunkAt(start); written < end - start; i++) {
+      const chunk = this.chunks[i] as Buffer;
+      const from = start + written - (this.starts[i] as number);
+      const n = Math.min(chunk.length - from, end - start - written);
+      target.set(from === 0 && n === chunk.length ? chunk : chunk.subarray(from, from + n), written);
+      written += n;
+    }
+  }
+
+  private joined(start: number, end: number): Buffer {
+    const out = Buffer.allocUnsafe(end - start);
+    this.copyTo(out, start, end);
+    return out;
+  }
+
+  /** The index of the chunk holding byte `offset` (< length). */
+  private chunkAt(offset: number): number {
+    if (offset < 0 || offset >= this.length)
+      throw new RangeError(`offset ${offset} outside a ${this.length}-byte body`);
+    let i = this.starts.length - 1;
+    while ((this.starts[i] as number) > offset) i--;
+    return i;
+  }
+}
+
+/**
+ * The whole body as its chunks, up to `limit` bytes (INPUT_TOO_LARGE past it). Read with 'data'
+ * and 'end' listeners rather than `for await`: the async iterator costs a promise and a microtask
+ * per chunk, a visible share of a small binary request.
+ */
+export function readBodyChunks(req: IncomingMessage, limit: number): Promise<ChunkedBody> {
   const declared = Number(req.headers['content-length']);
   if (declared > limit) return Promise.reject(tooLarge(limit));
   return new Promise((resolveBody, reject) => {
@@ -24,7 +89,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     };
     const onEnd = () => {
       cleanup();
-      resolveBody(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
+      resolveBody(new ChunkedBody(chunks, size));
     };
     const onError = (err: Error) => {
       cleanup();
@@ -39,6 +104,12 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     };
     req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
   });
+}
+
+/** The whole body as one buffer, up to `limit` bytes: for bodies that are parsed whole (JSON). */
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const body = await readBodyChunks(req, limit);
+  return body.slice(0, body.length);
 }
 
 function tooLarge(limit: number) {

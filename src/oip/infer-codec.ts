@@ -1,18 +1,21 @@
 import type { NamedTensor } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorInferenceResult } from '../gateway.js';
+import type { ChunkedBody } from '../http/body.js';
 import type { InputForm } from '../requests/decode-inputs.js';
 import { bytesSource, serialisedBytesSource } from '../tensor/bytes-tensor.js';
+import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type TensorSource, tensorSource } from '../tensor/source.js';
-import { checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
+import { checkByteLength, checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
 import { dtypeOf, oipDatatype } from './datatypes.js';
 import type { Region, SharedMemoryRegistry } from './shared-memory.js';
 
 /**
  * The OIP v2 infer request and response, JSON and with the binary tensor data extension: a JSON
  * header of `Inference-Header-Content-Length` bytes, then each binary tensor's raw bytes in order.
- * Binary inputs stay views of the request body until the engine copies them into shared memory.
+ * Binary inputs stay views of the request body's chunks until the engine copies them into shared
+ * memory: a tensor that arrived in several socket reads is never joined into one buffer first.
  */
 
 export const HEADER_LENGTH = 'inference-header-content-length';
@@ -59,7 +62,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
 function bytesInput(
   name: string,
   input: Record<string, unknown>,
-  body: Buffer,
+  body: ChunkedBody,
   cursor: number,
 ): { source: TensorSource; consumed: number } {
   try {
@@ -82,7 +85,7 @@ function bytesInput(
     if (input.data !== undefined) throw invalid(`input "${name}" has both "data" and binary_data_size`);
     if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0 || cursor + size > body.length)
       throw invalid(`input "${name}": binary_data_size must be a byte count within the body`, { input: name });
-    return { source: serialisedBytesSource(name, body.subarray(cursor, cursor + size), count), consumed: size };
+    return { source: serialisedBytesSource(name, body.slice(cursor, cursor + size), count), consumed: size };
   }
   const data = input.data;
   const strings = Array.isArray(data) ? data.flat(Number.POSITIVE_INFINITY) : [data];
@@ -96,7 +99,7 @@ function bytesInput(
 }
 
 export function parseInferRequest(
-  body: Buffer,
+  body: ChunkedBody,
   headerLength: string | string[] | undefined,
   ctx: DecodeContext,
 ): OipInferRequest {
@@ -127,7 +130,7 @@ function regionOf(
 }
 
 function parse(
-  body: Buffer,
+  body: ChunkedBody,
   headerLength: string | string[] | undefined,
   ctx: DecodeContext,
   releases: (() => void)[],
@@ -143,7 +146,7 @@ function parse(
   }
   let json: unknown;
   try {
-    json = JSON.parse(body.toString('utf8', 0, jsonEnd));
+    json = JSON.parse(body.slice(0, jsonEnd).toString('utf8'));
   } catch (err) {
     throw invalid(`the request is not valid JSON: ${(err as Error).message}`);
   }
@@ -193,14 +196,13 @@ function parse(
           `input "${name}": binary_data_size ${size} reaches past the end of the body (${body.length - cursor} bytes left)`,
           { input: name },
         );
-      const bytes = body.subarray(cursor, cursor + size);
-      cursor += size;
-      binary = true;
       try {
-        inputs.set(name, tensorSource(makeTensor(dtype, shape, bytes)));
+        inputs.set(name, binarySource(body, cursor, cursor + size, dtype, shape));
       } catch (err) {
         throw tgError('BYTE_LENGTH_MISMATCH', `input "${name}": ${(err as Error).message}`, { input: name });
       }
+      cursor += size;
+      binary = true;
       continue;
     }
     if (input.data === undefined)
@@ -252,6 +254,17 @@ function parse(
 }
 
 /**
+ * A binary input's bytes, [start, end) of the body: a view when one socket read holds them all,
+ * else copied from the chunks by `fill`, straight into wherever the engine wants them.
+ */
+function binarySource(body: ChunkedBody, start: number, end: number, dtype: DType, shape: number[]): TensorSource {
+  const view = body.view(start, end);
+  if (view) return tensorSource(makeTensor(dtype, shape, view));
+  checkByteLength(dtype, shape, end - start);
+  return { dtype, shape, byteLength: end - start, fill: (target) => body.copyTo(target, start, end) };
+}
+
+/**
  * OIP parameters are open-ended (clients send their own, e.g. Triton's binary_data_output or
  * priority): keep tensorgate's and map Triton's `timeout` (µs); leave the rest to the protocol.
  */
@@ -267,8 +280,18 @@ export function tensorgateParameters(parameters: Record<string, unknown>): Recor
 
 export interface EncodedResponse {
   headers: Record<string, string | number>;
-  body: Buffer;
+  /** The body in order: one buffer, or the JSON header and then each large binary output. */
+  parts: Uint8Array[];
+  /** The body's length in bytes (the parts' together). */
+  length: number;
 }
+
+/**
+ * Binary outputs up to this many bytes in all are joined with the header into one buffer (one
+ * write); larger ones are written as they are, after it, in one writev: joining them would copy
+ * them into a fresh allocation (page faults, and external memory the GC must account for).
+ */
+const JOIN_TAILS_UP_TO = 64 * 1024;
 
 /** The response: JSON, or a JSON header followed by the binary outputs in order. */
 export function encodeInferResponse(
@@ -312,9 +335,12 @@ export function encodeInferResponse(
       outputs,
     }),
   );
-  if (tails.length === 0) return { headers: { 'content-type': 'application/json' }, body: json };
+  if (tails.length === 0)
+    return { headers: { 'content-type': 'application/json' }, parts: [json], length: json.length };
+  const length = tails.reduce((sum, tail) => sum + tail.byteLength, json.length);
   return {
     headers: { 'content-type': 'application/octet-stream', [HEADER_LENGTH]: json.length },
-    body: Buffer.concat([json, ...tails]),
+    parts: length - json.length <= JOIN_TAILS_UP_TO ? [Buffer.concat([json, ...tails], length)] : [json, ...tails],
+    length,
   };
 }

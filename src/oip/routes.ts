@@ -2,12 +2,18 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HTTPVersion, Instance } from 'find-my-way';
 import { asTensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
-import { readBody } from '../http/body.js';
+import { readBody, readBodyChunks } from '../http/body.js';
 import { checkJobAccess, jobAllowed } from '../jobs/access.js';
 import { JobSpecSchema } from '../jobs/spec.js';
 import type { ObjectKind, Permission } from '../security/rbac.js';
 import { checkWorkflowAccess } from '../workflows/run-workflow.js';
-import { encodeInferResponse, HEADER_LENGTH, type OipInferRequest, parseInferRequest } from './infer-codec.js';
+import {
+  type EncodedResponse,
+  encodeInferResponse,
+  HEADER_LENGTH,
+  type OipInferRequest,
+  parseInferRequest,
+} from './infer-codec.js';
 import {
   checkOutputs,
   checkVersion,
@@ -42,6 +48,18 @@ function send(res: ServerResponse, status: number, body?: unknown): void {
   }
   const json = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
+}
+
+/** An infer answer: one write, or the header and large outputs as they are, in one writev. */
+function sendEncoded(res: ServerResponse, { headers, parts, length }: EncodedResponse): void {
+  res.writeHead(200, { ...headers, 'content-length': length });
+  if (parts.length === 1) {
+    res.end(parts[0]);
+    return;
+  }
+  res.cork(); // end() uncorks: the parts leave together
+  for (const part of parts) res.write(part);
+  res.end();
 }
 
 function sendError(res: ServerResponse, err: unknown): void {
@@ -104,7 +122,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     else allow(req, 'execute', 'model', name);
     // An unknown model is answered before its body is read or parsed.
     const config = workflow ? undefined : gateway.modelConfig(name);
-    const body = await readBody(req, gateway.config.maxHttpBodyBytes);
+    const body = await readBodyChunks(req, gateway.config.maxHttpBodyBytes);
     const request = parseInferRequest(body, req.headers[HEADER_LENGTH], {
       maxArrayElements: gateway.config.maxArrayElements,
       regions,
@@ -144,8 +162,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
     // An output asked for by name that came out as a literal is in the parameters, not the tensors.
     const produced = new Set(result.outputs.map((o) => o.name));
     const outputs = request.outputs?.filter((o) => produced.has(o.name)) ?? null;
-    const encoded = encodeInferResponse(result, { ...request, outputs }, parameters);
-    res.writeHead(200, { ...encoded.headers, 'content-length': encoded.body.length }).end(encoded.body);
+    sendEncoded(res, encodeInferResponse(result, { ...request, outputs }, parameters));
   }
 
   async function inferAndAnswer(
@@ -182,7 +199,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       encode_ms: Math.round((t.encode_ms + performance.now() - encodeStart) * 1000) / 1000,
       total_ms: Math.round((t.total_ms + performance.now() - encodeStart) * 1000) / 1000,
     });
-    res.writeHead(200, { ...encoded.headers, 'content-length': encoded.body.length }).end(encoded.body);
+    sendEncoded(res, encoded);
   }
 
   on('GET', '/v2/systemsharedmemory/status', (req, res) => {

@@ -91,17 +91,22 @@ export function makeTensor(dtype: DType, shape: number[], data: Uint8Array): Ten
     throw tgError('BAD_TENSOR', `unknown dtype ${JSON.stringify(dtype)}; use one of ${DTYPES.join(', ')}`, { dtype });
   }
   checkShape(shape);
+  checkByteLength(dtype, shape, data.byteLength);
+  return { dtype, shape, data };
+}
+
+/** BYTE_LENGTH_MISMATCH unless `got` bytes are exactly a `dtype` tensor of `shape`. */
+export function checkByteLength(dtype: DType, shape: readonly number[], got: number): void {
   const expected = byteLength(dtype, shape);
-  if (data.byteLength !== expected) {
+  if (got !== expected) {
     throw tgError(
       'BYTE_LENGTH_MISMATCH',
       `${formatType(dtype, shape)} needs ${expected} bytes (${numel(shape)} elements x ${dtypeSize(dtype)} bytes) ` +
-        `but got ${data.byteLength}; send exactly numel x itemsize raw little-endian row-major bytes, ` +
+        `but got ${got}; send exactly numel x itemsize raw little-endian row-major bytes, ` +
         'or fix the dtype or shape',
-      { dtype, shape, expected, got: data.byteLength },
+      { dtype, shape, expected, got },
     );
   }
-  return { dtype, shape, data };
 }
 
 /**

@@ -299,6 +299,45 @@ describe('OIP v2 shared memory under a request', () => {
   });
 });
 
+describe('OIP v2 large tensors over raw HTTP', () => {
+  it('adds two 640 KB tensors that arrive in many socket reads and answers 640 KB, bit for bit', async () => {
+    const rows = 400;
+    const a = new Float32Array(rows * rows).map((_, i) => Math.fround(Math.sin(i) * 1000));
+    const b = new Float32Array(rows * rows).map((_, i) => Math.fround(1 / (i + 1)));
+    const header = Buffer.from(
+      JSON.stringify({
+        inputs: ['a', 'b'].map((name) => ({
+          name,
+          datatype: 'FP32',
+          shape: [rows, rows],
+          parameters: { binary_data_size: a.byteLength },
+        })),
+        parameters: { binary_data_output: true },
+      }),
+    );
+    const body = Buffer.concat([header, Buffer.from(a.buffer), Buffer.from(b.buffer)]);
+    for (let round = 0; round < 3; round++) {
+      const response = await fetch(`${base}/v2/models/adder/infer`, {
+        method: 'POST',
+        body: new Uint8Array(body),
+        headers: { 'Inference-Header-Content-Length': String(header.length) },
+      });
+      const answer = Buffer.from(await response.arrayBuffer());
+      assert.equal(response.status, 200, answer.toString('utf8', 0, 300));
+      const length = Number(response.headers.get('inference-header-content-length'));
+      const head = JSON.parse(answer.subarray(0, length).toString()) as {
+        outputs: { name: string; shape: number[]; parameters: { binary_data_size: number } }[];
+      };
+      assert.deepEqual(head.outputs[0]?.shape, [rows, rows]);
+      assert.equal(head.outputs[0]?.parameters.binary_data_size, a.byteLength);
+      assert.equal(answer.length, length + a.byteLength);
+      const sum = new Float32Array(answer.buffer.slice(answer.byteOffset + length, answer.byteOffset + answer.length));
+      const expected = a.map((x, i) => Math.fround(x + (b[i] as number)));
+      assert.deepEqual(Buffer.from(sum.buffer), Buffer.from(expected.buffer));
+    }
+  });
+});
+
 describe('OIP v2 bad input over raw HTTP', () => {
   const infer = '/v2/models/tabular-classifier/infer';
   const input = (extra: Record<string, unknown>) =>

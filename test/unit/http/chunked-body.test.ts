@@ -1,0 +1,50 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ChunkedBody } from '../../../src/http/body.js';
+
+/** A body of `length` bytes (byte i = i % 251) cut into chunks of `size` bytes, as a socket delivers it. */
+function chunked(length: number, size: number): { body: ChunkedBody; whole: Buffer } {
+  const whole = Buffer.from(Array.from({ length }, (_, i) => i % 251));
+  const chunks: Buffer[] = [];
+  for (let start = 0; start < length; start += size) chunks.push(whole.subarray(start, start + size));
+  return { body: new ChunkedBody(chunks, length), whole };
+}
+
+test('a range inside one chunk is a view of it, a range across chunks is undefined as a view', () => {
+  const { body, whole } = chunked(100, 30);
+  const view = body.view(35, 50) as Buffer;
+  assert.deepEqual(view, whole.subarray(35, 50));
+  view[0] = 0; // a view writes through: no copy was made
+  assert.equal(whole[35], 0);
+  assert.equal(body.view(25, 35), undefined);
+  assert.deepEqual(body.view(60, 90), whole.subarray(60, 90), 'a range ending at a chunk boundary is a view');
+  assert.deepEqual(body.view(42, 42), Buffer.alloc(0));
+});
+
+test('slice and copyTo give the bytes of any range, across any number of chunks', () => {
+  const { body, whole } = chunked(1000, 7);
+  for (const [start, end] of [
+    [0, 1000],
+    [0, 7],
+    [3, 4],
+    [5, 19],
+    [6, 8],
+    [993, 1000],
+    [500, 500],
+  ] as const) {
+    assert.deepEqual(body.slice(start, end), whole.subarray(start, end), `slice [${start}, ${end})`);
+    const target = Buffer.alloc(end - start + 2, 0xee);
+    body.copyTo(target.subarray(1, 1 + end - start), start, end);
+    assert.deepEqual(target.subarray(1, 1 + end - start), whole.subarray(start, end), `copyTo [${start}, ${end})`);
+    assert.equal(target[0], 0xee, 'nothing written before the target');
+    assert.equal(target[target.length - 1], 0xee, 'nothing written after the target');
+  }
+});
+
+test('an empty body and a body of one chunk', () => {
+  const empty = new ChunkedBody([], 0);
+  assert.equal(empty.slice(0, 0).length, 0);
+  const { body, whole } = chunked(64, 64);
+  assert.equal(body.slice(0, 64).buffer, whole.buffer, 'a one-chunk body is never copied');
+  assert.throws(() => body.view(64, 65), RangeError);
+});
