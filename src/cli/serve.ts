@@ -9,6 +9,7 @@ import { type GlobalOptions, openGateway, stderrLogger } from './common.js';
 import { watchLoading } from './load-progress.js';
 import { observeRequests } from './logs.js';
 import { Progress } from './progress.js';
+import { accountExternalMemoryApart } from './v8-heap.js';
 
 export interface ServeOptions {
   stdio?: boolean;
@@ -74,6 +75,7 @@ function networkSecurity(opts: ServeOptions): HttpOptions {
 export const DEFAULT_HTTP_PORT = 8765;
 
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
+  accountExternalMemoryApart();
   // Checked first: a server that would listen unprotected where it must not never opens a model.
   const security = opts.stdio && opts.grpc === undefined ? {} : networkSecurity(opts);
   // n/N models ready on a terminal's stderr while they load; log lines print above it.
