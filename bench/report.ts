@@ -18,6 +18,7 @@ import { renderFixedCost } from './fixed-cost/render.js';
 import { renderGpuCheck } from './gpu/render.js';
 import { renderGpuServing } from './gpu/serving-render.js';
 import { renderJobs } from './jobs/render.js';
+import { renderLargeBody } from './large-body/render.js';
 import type { MachineInfo } from './mcp-overhead/machine.js';
 import { renderMcpOverhead } from './mcp-overhead/render.js';
 import { renderMetricsOverhead } from './metrics-overhead/render.js';
@@ -53,6 +54,7 @@ type Renderer = (runs: ResultFile[]) => string;
 const RENDERERS: Record<string, Renderer> = {
   'mcp-overhead': renderMcpOverhead,
   'fixed-cost': renderFixedCost,
+  'large-body': renderLargeBody,
   'shm-map': renderShmMap,
   batching: renderBatching,
   training: renderTraining,
@@ -107,6 +109,7 @@ function main(): void {
     'node --import tsx bench/mcp-overhead/run.ts            # about 1-2 minutes on 2 cores',
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
     'node --import tsx bench/fixed-cost/run.ts              # about 1 minute on 2 cores',
+    'node --import tsx bench/large-body/run.ts              # about 2 minutes on 2 cores',
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',
     'node --import tsx bench/training/run.ts                # about 5 minutes on 2 cores',

@@ -122,8 +122,14 @@ export interface Started {
  * Starts a server in a process group of its own (LitServe starts worker processes, stopped with
  * it) and resolves once its output matches `ready`.
  */
-export function startProcess(command: string, args: string[], cwd: string, ready: RegExp): Promise<Started> {
-  const child = spawn(command, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+export function startProcess(
+  command: string,
+  args: string[],
+  cwd: string,
+  ready: RegExp,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Started> {
+  const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   running.add(child);
   return new Promise((resolvePromise, reject) => {
     let seen = '';
@@ -194,6 +200,7 @@ export async function startTensorgate(
   work: string,
   ready = /at (http:\/\/[\d.]+:\d+)\/mcp/,
   options: string[] = [],
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ child: ChildProcess; base: string }> {
   const { child, match } = await startProcess(
     process.execPath,
@@ -207,6 +214,7 @@ export async function startTensorgate(
     ]),
     root,
     ready,
+    env,
   );
   return { child, base: match[1] as string };
 }

@@ -1,0 +1,201 @@
+/**
+ * bench/large-body: what an OIP v2 binary call costs the gateway when the tensor is image-sized
+ * (1x3x224x224 fp32, 602 KB) and the forward pass next to nothing, so that moving the body is what
+ * is measured: reading it off the socket, into the worker's shared memory, and, for a large
+ * answer, back out (docs/architecture.md, "Large bodies").
+ *
+ *   node --import tsx bench/large-body/run.ts [--calls 600] [--rounds 3] [--concurrency 8]
+ *        [--out FILE] [--label TEXT] [--server-root DIR]
+ *
+ * Models (bench/large-body/make_models.py): `channel-mean` (602 KB in, 12 bytes out) and `half`
+ * (602 KB in and out). Two gateways serve them: as shipped, and with `TENSORGATE_V8_HEAP=default`
+ * (V8's default accounting of external memory, under which dead socket reads bring on full
+ * collections). Per gateway: `channel-mean` with one client and with `--concurrency` clients in a
+ * closed loop, and `half` with one client; every scenario in every round, interleaved so that
+ * drift of the machine hits all alike. The baseline is each model's raw forward in one Python
+ * process on the same input (bench/mcp-overhead/baseline.py). `--server-root` serves from another
+ * checkout (an earlier commit, built), to compare against it; `--label` says what that was.
+ * Results go to bench/results/large-body-<time>.json; `node --import tsx bench/report.ts` renders them.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
+import { encodeNpy } from '../../src/tensor/npy.js';
+import { cpuMs } from '../cpu.js';
+import { BaselineProcess } from '../mcp-overhead/clients.js';
+import { machineInfo } from '../mcp-overhead/machine.js';
+import { distribution, round } from '../mcp-overhead/stats.js';
+import { binaryRequest, postForHeader } from '../oip/requests.js';
+import { startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
+import type { LargeBodyResult, LargeBodyScenario } from './results.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const SHAPE = [1, 3, 224, 224];
+
+const { values: opts } = parseArgs({
+  options: {
+    calls: { type: 'string', default: '600' },
+    rounds: { type: 'string', default: '3' },
+    warmup: { type: 'string', default: '50' },
+    concurrency: { type: 'string', default: '8' },
+    out: { type: 'string' },
+    label: { type: 'string' },
+    'server-root': { type: 'string' },
+  },
+});
+const calls = Number(opts.calls);
+const rounds = Number(opts.rounds);
+const warmup = Number(opts.warmup);
+const concurrency = Number(opts.concurrency);
+const serverRoot = resolve(opts['server-root'] ?? ROOT);
+
+const MODELS = {
+  'channel-mean': { output: 'means', outputBytes: 3 * 4 },
+  half: { output: 'halved', outputBytes: SHAPE.reduce((a, b) => a * b, 4) },
+} as const;
+type ModelName = keyof typeof MODELS;
+
+interface Gateway {
+  name: string;
+  base: string;
+  pid: number;
+}
+
+interface Scenario {
+  gateway: Gateway;
+  model: ModelName;
+  concurrency: number;
+}
+
+async function main(): Promise<void> {
+  const work = mkdtempSync(join(tmpdir(), 'tg-bench-large-'));
+  const repo = join(work, 'models');
+  process.stderr.write('building the models...\n');
+  execFileSync(pythonExecutable(), [join(ROOT, 'bench/large-body/make_models.py'), repo], { stdio: 'inherit' });
+  const input = new Float32Array(SHAPE.reduce((a, b) => a * b, 1)).map((_, i) => ((i * 7919) % 1000) / 1000);
+  const npy = join(work, 'image.npy');
+  writeFileSync(npy, encodeNpy({ dtype: 'float32', shape: SHAPE, data: new Uint8Array(input.buffer) }));
+
+  process.stderr.write('starting the gateways and the baselines...\n');
+  const gateways: Gateway[] = [];
+  const children = [];
+  for (const [name, env] of [
+    ['shipped', {}],
+    ['v8-default', { TENSORGATE_V8_HEAP: 'default' }],
+  ] as const) {
+    const dir = join(work, name);
+    mkdirSync(dir);
+    const started = await startTensorgate(serverRoot, repo, dir, undefined, [], { ...process.env, ...env });
+    children.push(started.child);
+    gateways.push({ name, base: started.base, pid: started.child.pid as number });
+  }
+  const baselines = Object.fromEntries(
+    (Object.keys(MODELS) as ModelName[]).map((m) => [
+      m,
+      new BaselineProcess(pythonExecutable(), join(repo, m), npy, 50),
+    ]),
+  ) as Record<ModelName, BaselineProcess>;
+  const baselineInfo = await baselines['channel-mean'].ready;
+  await baselines.half.ready;
+
+  const bodies = Object.fromEntries(
+    (Object.keys(MODELS) as ModelName[]).map((m) => [
+      m,
+      binaryRequest(
+        { input: 'image', output: MODELS[m].output, shape: SHAPE, outputBytes: MODELS[m].outputBytes },
+        input,
+      ),
+    ]),
+  ) as Record<ModelName, ReturnType<typeof binaryRequest>>;
+  const call = (g: Gateway, model: ModelName) => postForHeader(g.base, `/v2/models/${model}/infer`, bodies[model]);
+
+  const scenarios: Scenario[] = gateways.flatMap((gateway) => [
+    { gateway, model: 'channel-mean' as const, concurrency: 1 },
+    { gateway, model: 'channel-mean' as const, concurrency },
+    { gateway, model: 'half' as const, concurrency: 1 },
+  ]);
+  const key = (s: Scenario) => `${s.gateway.name} ${s.model}/c${s.concurrency}`;
+  const samples = new Map<string, { ms: number[]; seconds: number; gateway: number; worker: number }>();
+  for (const g of gateways)
+    for (const m of Object.keys(MODELS) as ModelName[]) for (let i = 0; i < warmup; i++) await call(g, m);
+  const raw = new Map<ModelName, number[]>();
+  const started = performance.now();
+  for (let r = 0; r < rounds; r++) {
+    process.stderr.write(`round ${r + 1}/${rounds}\n`);
+    for (const m of Object.keys(MODELS) as ModelName[])
+      raw.set(m, [...(raw.get(m) ?? []), ...(await baselines[m].run(calls)).map((s) => s.ms)]);
+    for (const s of scenarios) {
+      const into = samples.get(key(s)) ?? { ms: [], seconds: 0, gateway: 0, worker: 0 };
+      const before = cpuMs(s.gateway.pid);
+      const t0 = performance.now();
+      const perClient = Math.ceil(calls / s.concurrency);
+      await Promise.all(
+        Array.from({ length: s.concurrency }, async () => {
+          for (let i = 0; i < perClient; i++) {
+            const t = performance.now();
+            await call(s.gateway, s.model);
+            into.ms.push(performance.now() - t);
+          }
+        }),
+      );
+      into.seconds += (performance.now() - t0) / 1000;
+      const after = cpuMs(s.gateway.pid);
+      into.gateway += after.self - before.self;
+      into.worker += after.children - before.children;
+      samples.set(key(s), into);
+    }
+  }
+  const seconds = (performance.now() - started) / 1000;
+
+  const results: LargeBodyScenario[] = scenarios.map((s) => {
+    const m = samples.get(key(s)) as { ms: number[]; seconds: number; gateway: number; worker: number };
+    return {
+      name: `${s.model}/c${s.concurrency}`,
+      gateway: s.gateway.name,
+      model: s.model,
+      concurrency: s.concurrency,
+      latency: distribution(m.ms),
+      calls_per_s: round(m.ms.length / m.seconds, 1),
+      cpu_ms_per_call: { gateway: round(m.gateway / m.ms.length), worker: round(m.worker / m.ms.length) },
+    };
+  });
+  const result: LargeBodyResult = {
+    benchmark: 'large-body',
+    date: new Date().toISOString(),
+    profiled: false,
+    machine: machineInfo(ROOT, { python: baselineInfo.python, torch: baselineInfo.torch }),
+    config: {
+      calls,
+      rounds,
+      warmup,
+      input_bytes: input.byteLength,
+      seconds: round(seconds, 1),
+      ...(opts.label ? { label: opts.label } : {}),
+    },
+    raw: Object.fromEntries([...raw].map(([m, ms]) => [m, distribution(ms)])),
+    scenarios: results,
+  };
+  for (const [m, d] of Object.entries(result.raw)) console.log(`raw ${m.padEnd(22)} p50 ${d.p50.toFixed(3)} ms`);
+  for (const r of results)
+    console.log(
+      `${r.gateway.padEnd(10)} ${r.name.padEnd(16)} p50 ${r.latency.p50.toFixed(3)} ms  p99 ${r.latency.p99.toFixed(3)}  ${r.calls_per_s} calls/s  CPU gateway ${r.cpu_ms_per_call.gateway} worker ${r.cpu_ms_per_call.worker} ms/call`,
+    );
+
+  const out =
+    opts.out ?? join(ROOT, 'bench', 'results', `large-body-${result.date.replace(/[:.]/g, '-').slice(0, 19)}.json`);
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  process.stderr.write(`wrote ${out}\n`);
+  await Promise.all(Object.values(baselines).map((b) => b.close()));
+  await Promise.all(children.map((c) => stopProcess(c)));
+}
+
+main().catch(async (err: unknown) => {
+  console.error(err);
+  await stopAll();
+  process.exit(1);
+});

@@ -1,0 +1,42 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { renderLargeBody } from '../../bench/large-body/render.js';
+import type { LargeBodyResult } from '../../bench/large-body/results.js';
+
+/**
+ * A smoke run of bench/large-body, short enough for CI: the models built by make_models.py, the
+ * two real gateways (as shipped and with V8's default heap accounting), the baselines, the result
+ * file and its docs section. The figures themselves come from full runs (docs/benchmarks.md).
+ */
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
+  it('measures every scenario on both gateways with CPU figures, and renders the table', async () => {
+    const out = join(mkdtempSync(join(tmpdir(), 'tg-large-body-smoke-')), 'large-body.json');
+    const args = ['--calls', '16', '--rounds', '1', '--warmup', '3', '--concurrency', '4', '--out', out];
+    await promisify(execFile)(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/large-body/run.ts'), ...args], {
+      cwd: ROOT,
+      timeout: 280_000,
+    });
+    const file = JSON.parse(readFileSync(out, 'utf8')) as LargeBodyResult;
+    assert.equal(file.config.input_bytes, 3 * 224 * 224 * 4);
+    assert.deepEqual(Object.keys(file.raw).sort(), ['channel-mean', 'half']);
+    assert.deepEqual(
+      file.scenarios.map((s) => `${s.gateway} ${s.name}`),
+      ['shipped', 'v8-default'].flatMap((g) => [`${g} channel-mean/c1`, `${g} channel-mean/c4`, `${g} half/c1`]),
+    );
+    for (const s of file.scenarios) {
+      assert.equal(s.latency.n, 16, `${s.gateway} ${s.name}`);
+      assert.ok(s.calls_per_s > 0 && s.cpu_ms_per_call.gateway > 0, `${s.gateway} ${s.name}`);
+    }
+    const section = renderLargeBody([file]);
+    assert.match(section, /^## Large bodies \(bench\/large-body\)/);
+    assert.match(section, /\| `half\/c1` \| v8-default \|/);
+  });
+});
