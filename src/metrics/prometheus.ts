@@ -1,4 +1,4 @@
-import { Counter, Gauge, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { TensorgateError } from '../errors.js';
 import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
 import type { ModelPool } from '../scheduler/model-pool.js';
@@ -110,6 +110,9 @@ export class PrometheusMetrics {
       registers,
     });
     this.registerPoolMetrics(registers);
+    // The gateway process's own: CPU, memory, open files, event-loop lag, heap and garbage
+    // collection time by kind, under the names every Node dashboard knows (process_*, nodejs_*).
+    collectDefaultMetrics({ register: registry });
   }
 
   recordSuccess(

@@ -126,6 +126,15 @@ describe('Prometheus /metrics', () => {
     // The demo tabular MLP, 4-16-3 in float32, and any normalisation buffers it keeps.
     const loaded = value(families, 'tensorgate_model_loaded_bytes', { model: 'tabular-classifier', version: '1' });
     assert.ok(loaded >= (4 * 16 + 16 + 16 * 3 + 3) * 4 && loaded < 10_000, String(loaded));
+    // The gateway process's own figures: prom-client's default metrics.
+    assert.ok(value(families, 'process_cpu_seconds', {}, 'process_cpu_seconds_total') > 0);
+    assert.ok(value(families, 'process_resident_memory_bytes', {}) > 20 * 2 ** 20, 'the gateway holds 20 MiB and more');
+    assert.equal(families.nodejs_gc_duration_seconds?.type, 'histogram');
+    assert.ok(
+      value(families, 'nodejs_gc_duration_seconds', { kind: 'minor' }, 'nodejs_gc_duration_seconds_count') >= 1,
+      'a served gateway has scavenged at least once',
+    );
+    assert.ok(value(families, 'nodejs_eventloop_lag_p99_seconds', {}) >= 0);
     if (!existsSync('/dev/nvidiactl'))
       assert.deepEqual(
         Object.keys(families).filter((name) => name.includes('gpu')),
