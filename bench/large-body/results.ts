@@ -14,6 +14,8 @@ export interface LargeBodyScenario {
   calls_per_s: number;
   /** CPU time per call from /proc: the serving gateway, and the worker it started. */
   cpu_ms_per_call: { gateway: number; worker: number };
+  /** The gateway's garbage collection (its /metrics): time per call, full collections per 1000 calls. */
+  gc?: { ms_per_call: number; major_per_1000_calls: number };
 }
 
 export interface LargeBodyResult {

@@ -12,7 +12,8 @@
  * (V8's default accounting of external memory, under which dead socket reads bring on full
  * collections). Per gateway: `channel-mean` with one client and with `--concurrency` clients in a
  * closed loop, and `half` with one client; every scenario in every round, interleaved so that
- * drift of the machine hits all alike. The baseline is each model's raw forward in one Python
+ * drift of the machine hits all alike. The gateways' garbage collection over each scenario comes
+ * from their /metrics (`nodejs_gc_duration_seconds`). The baseline is each model's raw forward in one Python
  * process on the same input (bench/mcp-overhead/baseline.py). `--server-root` serves from another
  * checkout (an earlier commit, built), to compare against it; `--label` says what that was.
  * Results go to bench/results/large-body-<time>.json; `node --import tsx bench/report.ts` renders them.
@@ -63,6 +64,21 @@ interface Gateway {
   name: string;
   base: string;
   pid: number;
+}
+
+/**
+ * The gateway's garbage collection so far, from its /metrics (`nodejs_gc_duration_seconds`): all
+ * time in ms, and the count of full (major) collections; undefined from a server without them.
+ */
+async function collections(g: Gateway): Promise<{ ms: number; major: number } | undefined> {
+  const text = await (await fetch(`${g.base}/metrics`)).text();
+  let seconds = 0;
+  let major: number | undefined;
+  for (const m of text.matchAll(/^nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
+    if (m[1] === 'sum') seconds += Number(m[3]);
+    else if (m[2] === 'major') major = Number(m[3]);
+  }
+  return major === undefined ? undefined : { ms: seconds * 1000, major };
 }
 
 interface Scenario {
@@ -119,7 +135,14 @@ async function main(): Promise<void> {
     { gateway, model: 'half' as const, concurrency: 1 },
   ]);
   const key = (s: Scenario) => `${s.gateway.name} ${s.model}/c${s.concurrency}`;
-  const samples = new Map<string, { ms: number[]; seconds: number; gateway: number; worker: number }>();
+  interface Measured {
+    ms: number[];
+    seconds: number;
+    gateway: number;
+    worker: number;
+    gc?: { ms: number; major: number };
+  }
+  const samples = new Map<string, Measured>();
   for (const g of gateways)
     for (const m of Object.keys(MODELS) as ModelName[]) for (let i = 0; i < warmup; i++) await call(g, m);
   const raw = new Map<ModelName, number[]>();
@@ -129,7 +152,8 @@ async function main(): Promise<void> {
     for (const m of Object.keys(MODELS) as ModelName[])
       raw.set(m, [...(raw.get(m) ?? []), ...(await baselines[m].run(calls)).map((s) => s.ms)]);
     for (const s of scenarios) {
-      const into = samples.get(key(s)) ?? { ms: [], seconds: 0, gateway: 0, worker: 0 };
+      const into: Measured = samples.get(key(s)) ?? { ms: [], seconds: 0, gateway: 0, worker: 0 };
+      const gcBefore = await collections(s.gateway);
       const before = cpuMs(s.gateway.pid);
       const t0 = performance.now();
       const perClient = Math.ceil(calls / s.concurrency);
@@ -144,15 +168,21 @@ async function main(): Promise<void> {
       );
       into.seconds += (performance.now() - t0) / 1000;
       const after = cpuMs(s.gateway.pid);
+      const gcAfter = await collections(s.gateway);
       into.gateway += after.self - before.self;
       into.worker += after.children - before.children;
+      if (gcBefore && gcAfter)
+        into.gc = {
+          ms: (into.gc?.ms ?? 0) + gcAfter.ms - gcBefore.ms,
+          major: (into.gc?.major ?? 0) + gcAfter.major - gcBefore.major,
+        };
       samples.set(key(s), into);
     }
   }
   const seconds = (performance.now() - started) / 1000;
 
   const results: LargeBodyScenario[] = scenarios.map((s) => {
-    const m = samples.get(key(s)) as { ms: number[]; seconds: number; gateway: number; worker: number };
+    const m = samples.get(key(s)) as Measured;
     return {
       name: `${s.model}/c${s.concurrency}`,
       gateway: s.gateway.name,
@@ -161,6 +191,14 @@ async function main(): Promise<void> {
       latency: distribution(m.ms),
       calls_per_s: round(m.ms.length / m.seconds, 1),
       cpu_ms_per_call: { gateway: round(m.gateway / m.ms.length), worker: round(m.worker / m.ms.length) },
+      ...(m.gc
+        ? {
+            gc: {
+              ms_per_call: round(m.gc.ms / m.ms.length),
+              major_per_1000_calls: round((m.gc.major * 1000) / m.ms.length, 1),
+            },
+          }
+        : {}),
     };
   });
   const result: LargeBodyResult = {
@@ -182,7 +220,7 @@ async function main(): Promise<void> {
   for (const [m, d] of Object.entries(result.raw)) console.log(`raw ${m.padEnd(22)} p50 ${d.p50.toFixed(3)} ms`);
   for (const r of results)
     console.log(
-      `${r.gateway.padEnd(10)} ${r.name.padEnd(16)} p50 ${r.latency.p50.toFixed(3)} ms  p99 ${r.latency.p99.toFixed(3)}  ${r.calls_per_s} calls/s  CPU gateway ${r.cpu_ms_per_call.gateway} worker ${r.cpu_ms_per_call.worker} ms/call`,
+      `${r.gateway.padEnd(10)} ${r.name.padEnd(16)} p50 ${r.latency.p50.toFixed(3)} ms  p99 ${r.latency.p99.toFixed(3)}  ${r.calls_per_s} calls/s  CPU gateway ${r.cpu_ms_per_call.gateway} worker ${r.cpu_ms_per_call.worker} ms/call${r.gc ? `  GC ${r.gc.ms_per_call} ms/call, ${r.gc.major_per_1000_calls} full per 1000 calls` : ''}`,
     );
 
   const out =

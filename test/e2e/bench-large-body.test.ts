@@ -34,9 +34,11 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
     for (const s of file.scenarios) {
       assert.equal(s.latency.n, 16, `${s.gateway} ${s.name}`);
       assert.ok(s.calls_per_s > 0 && s.cpu_ms_per_call.gateway > 0, `${s.gateway} ${s.name}`);
+      assert.ok(s.gc && s.gc.ms_per_call >= 0 && s.gc.major_per_1000_calls >= 0, `GC figures: ${s.gateway} ${s.name}`);
     }
     const section = renderLargeBody([file]);
     assert.match(section, /^## Large bodies \(bench\/large-body\)/);
     assert.match(section, /\| `half\/c1` \| v8-default \|/);
+    assert.match(section, /full GCs per 1000 calls/);
   });
 });
