@@ -72,13 +72,14 @@ interface Gateway {
  */
 async function collections(g: Gateway): Promise<{ ms: number; major: number } | undefined> {
   const text = await (await fetch(`${g.base}/metrics`)).text();
+  if (!text.includes('# TYPE nodejs_gc_duration_seconds histogram')) return undefined;
   let seconds = 0;
-  let major: number | undefined;
+  let major = 0; // a kind is listed once it has happened
   for (const m of text.matchAll(/^nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
     if (m[1] === 'sum') seconds += Number(m[3]);
     else if (m[2] === 'major') major = Number(m[3]);
   }
-  return major === undefined ? undefined : { ms: seconds * 1000, major };
+  return { ms: seconds * 1000, major };
 }
 
 interface Scenario {
