@@ -1,6 +1,10 @@
 import type { IncomingMessage } from 'node:http';
 import { tgError } from '../errors.js';
 
+/** The largest range `ChunkedBody.text` joins in the shared scratch buffer. */
+const SCRATCH_BYTES = 4 * 1024 * 1024;
+let scratch = Buffer.alloc(0);
+
 /**
  * A request body as it came off the socket: the chunks, not one buffer. Joining a large body
  * (a 600 KB image tensor arrives in about ten socket reads) into one fresh buffer costs a copy,
@@ -36,6 +40,24 @@ export class ChunkedBody {
     const chunk = this.chunks[i] as Buffer;
     const from = start - (this.starts[i] as number);
     return end - start <= chunk.length - from ? chunk.subarray(from, from + end - start) : undefined;
+  }
+
+  /**
+   * Bytes [start, end) decoded as UTF-8. Bytes that span chunks are joined in a scratch buffer the
+   * process keeps (decoding copies them anyway), not in a fresh one per request: a JSON body of a
+   * few hundred KB (an image as base64) then costs no allocation and no page faults before its
+   * string. Ranges over SCRATCH_BYTES are joined in a buffer of their own, so the scratch buffer
+   * never holds more than that.
+   */
+  text(start: number, end: number): string {
+    const view = this.view(start, end);
+    if (view) return view.toString('utf8');
+    const length = end - start;
+    if (length > SCRATCH_BYTES) return this.joined(start, end).toString('utf8');
+    if (scratch.length < length)
+      scratch = Buffer.allocUnsafeSlow(Math.min(SCRATCH_BYTES, 2 ** Math.ceil(Math.log2(length))));
+    this.copyTo(scratch, start, end);
+    return scratch.toString('utf8', 0, length);
   }
 
   /** Copies bytes [start, end) into `target` (which holds at least end - start bytes). */
@@ -106,10 +128,16 @@ export function readBodyChunks(req: IncomingMessage, limit: number): Promise<Chu
   });
 }
 
-/** The whole body as one buffer, up to `limit` bytes: for bodies that are parsed whole (JSON). */
+/** The whole body as one buffer, up to `limit` bytes. */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const body = await readBodyChunks(req, limit);
   return body.slice(0, body.length);
+}
+
+/** The whole body decoded as UTF-8, up to `limit` bytes: for bodies that are parsed whole (JSON). */
+export async function readBodyText(req: IncomingMessage, limit: number): Promise<string> {
+  const body = await readBodyChunks(req, limit);
+  return body.text(0, body.length);
 }
 
 function tooLarge(limit: number) {

@@ -4,7 +4,7 @@ import { NodeStreamableHTTPServerTransport, toNodeHandler } from '@modelcontextp
 import { classifyInboundRequest, createMcpHandler } from '@modelcontextprotocol/server';
 import type { TensorgateError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
-import { readBody } from '../http/body.js';
+import { readBodyText } from '../http/body.js';
 import { runWithConnectionSignal } from './connection-signal.js';
 import { createMcpServer } from './server.js';
 import { NodeSessionTransport } from './session-transport.js';
@@ -142,9 +142,9 @@ const INVALID = Symbol('invalid body');
 
 /** Reads and parses a JSON body (bounded); answers 413 / a JSON-RPC parse error itself when it cannot. */
 async function readJson(req: IncomingMessage, res: ServerResponse, limit: number): Promise<unknown | typeof INVALID> {
-  let body: Buffer;
+  let body: string;
   try {
-    body = await readBody(req, limit);
+    body = await readBodyText(req, limit);
   } catch (err) {
     if ((err as TensorgateError).code === 'INPUT_TOO_LARGE') {
       req.resume(); // the rest unread, so that the refusal can still be answered
@@ -153,7 +153,7 @@ async function readJson(req: IncomingMessage, res: ServerResponse, limit: number
     return INVALID;
   }
   try {
-    return JSON.parse(body.toString('utf8'));
+    return JSON.parse(body);
   } catch (err) {
     jsonRpcError(res, 400, -32700, `Parse error: ${(err as Error).message}`);
     return INVALID;

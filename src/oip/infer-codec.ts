@@ -146,7 +146,7 @@ function parse(
   }
   let json: unknown;
   try {
-    json = JSON.parse(body.slice(0, jsonEnd).toString('utf8'));
+    json = JSON.parse(body.text(0, jsonEnd));
   } catch (err) {
     throw invalid(`the request is not valid JSON: ${(err as Error).message}`);
   }

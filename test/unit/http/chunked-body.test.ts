@@ -48,3 +48,20 @@ test('an empty body and a body of one chunk', () => {
   assert.equal(body.slice(0, 64).buffer, whole.buffer, 'a one-chunk body is never copied');
   assert.throws(() => body.view(64, 65), RangeError);
 });
+
+test('text decodes any range as UTF-8, multi-byte characters split across chunks included', () => {
+  const source = Buffer.from('{"caption": "naïve café — 東京", "b64": "QUJD"}');
+  for (const size of [1, 2, 3, 7, source.length]) {
+    const chunks: Buffer[] = [];
+    for (let start = 0; start < source.length; start += size) chunks.push(source.subarray(start, start + size));
+    const body = new ChunkedBody(chunks, source.length);
+    assert.equal(body.text(0, source.length), source.toString('utf8'), `chunks of ${size}`);
+    assert.equal(body.text(2, 9), source.toString('utf8', 2, 9), `chunks of ${size}`);
+  }
+  // A second, shorter body decoded after a longer one reads only its own bytes from the scratch buffer.
+  const short = chunked(10, 3);
+  assert.equal(short.body.text(0, 10), short.whole.toString('utf8'));
+  // Past the scratch buffer's size a body is joined in a buffer of its own, and decodes the same.
+  const big = chunked(5 * 1024 * 1024, 65536);
+  assert.equal(big.body.text(0, big.whole.length), big.whole.toString('utf8'));
+});
