@@ -8,7 +8,9 @@
  *        [--out FILE] [--label TEXT] [--server-root DIR]
  *
  * Models (bench/large-body/make_models.py): `channel-mean` (602 KB in, 12 bytes out) and `half`
- * (602 KB in and out). Two gateways serve them: as shipped, and with `TENSORGATE_V8_HEAP=default`
+ * (602 KB in and out). Over MCP Streamable HTTP, `channel-mean` is also called as an agent would:
+ * the tensor inline as base64 (`mcp-http-b64`), or as the path of a `.npy` file
+ * (`mcp-http-path`). Two gateways serve them: as shipped, and with `TENSORGATE_V8_HEAP=default`
  * (V8's default accounting of external memory, under which dead socket reads bring on full
  * collections). Per gateway: `channel-mean` with one client and with `--concurrency` clients in a
  * closed loop, and `half` with one client; every scenario in every round, interleaved so that
@@ -27,7 +29,7 @@ import { parseArgs } from 'node:util';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
 import { cpuMs } from '../cpu.js';
-import { BaselineProcess } from '../mcp-overhead/clients.js';
+import { BaselineProcess, McpConnection } from '../mcp-overhead/clients.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, round } from '../mcp-overhead/stats.js';
 import { binaryRequest, postForHeader } from '../oip/requests.js';
@@ -64,6 +66,7 @@ interface Gateway {
   name: string;
   base: string;
   pid: number;
+  mcp: McpConnection;
 }
 
 /**
@@ -83,9 +86,12 @@ async function collections(g: Gateway): Promise<{ ms: number; major: number } | 
 }
 
 interface Scenario {
+  /** `<model>/c<concurrency>` over OIP binary, `mcp-http-<form>/c1` over MCP. */
+  name: string;
   gateway: Gateway;
   model: ModelName;
   concurrency: number;
+  call: () => Promise<unknown>;
 }
 
 async function main(): Promise<void> {
@@ -106,9 +112,17 @@ async function main(): Promise<void> {
   ] as const) {
     const dir = join(work, name);
     mkdirSync(dir);
-    const started = await startTensorgate(serverRoot, repo, dir, undefined, [], { ...process.env, ...env });
+    const started = await startTensorgate(serverRoot, repo, dir, undefined, ['--allow-root', work], {
+      ...process.env,
+      ...env,
+    });
     children.push(started.child);
-    gateways.push({ name, base: started.base, pid: started.child.pid as number });
+    gateways.push({
+      name,
+      base: started.base,
+      pid: started.child.pid as number,
+      mcp: await McpConnection.attach(`${started.base}/mcp`),
+    });
   }
   const baselines = Object.fromEntries(
     (Object.keys(MODELS) as ModelName[]).map((m) => [
@@ -128,14 +142,30 @@ async function main(): Promise<void> {
       ),
     ]),
   ) as Record<ModelName, ReturnType<typeof binaryRequest>>;
-  const call = (g: Gateway, model: ModelName) => postForHeader(g.base, `/v2/models/${model}/infer`, bodies[model]);
-
+  const oip = (gateway: Gateway, model: ModelName, clients: number): Scenario => ({
+    name: `${model}/c${clients}`,
+    gateway,
+    model,
+    concurrency: clients,
+    call: () => postForHeader(gateway.base, `/v2/models/${model}/infer`, bodies[model]),
+  });
+  // What an agent sends over MCP: the tensor inline as base64, or the path of a .npy file.
+  const b64 = Buffer.from(input.buffer).toString('base64');
+  const mcp = (gateway: Gateway, form: string, image: Record<string, unknown>): Scenario => ({
+    name: `mcp-http-${form}/c1`,
+    gateway,
+    model: 'channel-mean',
+    concurrency: 1,
+    call: () => gateway.mcp.callTool('infer', { model: 'channel-mean', inputs: { image } }),
+  });
   const scenarios: Scenario[] = gateways.flatMap((gateway) => [
-    { gateway, model: 'channel-mean' as const, concurrency: 1 },
-    { gateway, model: 'channel-mean' as const, concurrency },
-    { gateway, model: 'half' as const, concurrency: 1 },
+    oip(gateway, 'channel-mean', 1),
+    oip(gateway, 'channel-mean', concurrency),
+    oip(gateway, 'half', 1),
+    mcp(gateway, 'b64', { b64, shape: SHAPE, dtype: 'float32' }),
+    mcp(gateway, 'path', { path: npy }),
   ]);
-  const key = (s: Scenario) => `${s.gateway.name} ${s.model}/c${s.concurrency}`;
+  const key = (s: Scenario) => `${s.gateway.name} ${s.name}`;
   interface Measured {
     ms: number[];
     seconds: number;
@@ -144,8 +174,7 @@ async function main(): Promise<void> {
     gc?: { ms: number; major: number };
   }
   const samples = new Map<string, Measured>();
-  for (const g of gateways)
-    for (const m of Object.keys(MODELS) as ModelName[]) for (let i = 0; i < warmup; i++) await call(g, m);
+  for (const s of scenarios) for (let i = 0; i < warmup; i++) await s.call();
   const raw = new Map<ModelName, number[]>();
   const started = performance.now();
   for (let r = 0; r < rounds; r++) {
@@ -162,7 +191,7 @@ async function main(): Promise<void> {
         Array.from({ length: s.concurrency }, async () => {
           for (let i = 0; i < perClient; i++) {
             const t = performance.now();
-            await call(s.gateway, s.model);
+            await s.call();
             into.ms.push(performance.now() - t);
           }
         }),
@@ -185,7 +214,7 @@ async function main(): Promise<void> {
   const results: LargeBodyScenario[] = scenarios.map((s) => {
     const m = samples.get(key(s)) as Measured;
     return {
-      name: `${s.model}/c${s.concurrency}`,
+      name: s.name,
       gateway: s.gateway.name,
       model: s.model,
       concurrency: s.concurrency,
@@ -229,7 +258,7 @@ async function main(): Promise<void> {
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   process.stderr.write(`wrote ${out}\n`);
-  await Promise.all(Object.values(baselines).map((b) => b.close()));
+  await Promise.all([...Object.values(baselines).map((b) => b.close()), ...gateways.map((g) => g.mcp.close())]);
   await Promise.all(children.map((c) => stopProcess(c)));
 }
 

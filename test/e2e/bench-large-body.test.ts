@@ -29,7 +29,13 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
     assert.deepEqual(Object.keys(file.raw).sort(), ['channel-mean', 'half']);
     assert.deepEqual(
       file.scenarios.map((s) => `${s.gateway} ${s.name}`),
-      ['shipped', 'v8-default'].flatMap((g) => [`${g} channel-mean/c1`, `${g} channel-mean/c4`, `${g} half/c1`]),
+      ['shipped', 'v8-default'].flatMap((g) => [
+        `${g} channel-mean/c1`,
+        `${g} channel-mean/c4`,
+        `${g} half/c1`,
+        `${g} mcp-http-b64/c1`,
+        `${g} mcp-http-path/c1`,
+      ]),
     );
     for (const s of file.scenarios) {
       assert.equal(s.latency.n, 16, `${s.gateway} ${s.name}`);
