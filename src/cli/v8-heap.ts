@@ -10,8 +10,8 @@ import { setFlagsFromString } from 'node:v8';
  * 64 KB socket reads that die as soon as the tensor is in shared memory, but only a scavenge frees
  * them, and scavenges are rare when JavaScript itself allocates little. So the old generation
  * seems to fill with bytes no one holds, and V8 marks the whole heap (30 MB in a gateway) every
- * 20-30 such requests: 1.8-2.6 ms of the gateway's CPU per call, where the rest of the call costs
- * 0.9. V8's newer accounting (`--external-memory-accounted-in-global-limit`, V8 13 and newer)
+ * 20-30 such requests: 1.6-2.6 ms of the gateway's CPU per call, where the rest of the call costs
+ * 1.1 (bench/large-body). V8's newer accounting (`--external-memory-accounted-in-global-limit`, V8 13 and newer)
  * gives external memory a limit of its own, grown from what is live at each collection.
  *
  * Returns whether the flag was set: not on an older V8 (it does not know the flag), nor when
