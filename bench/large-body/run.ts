@@ -38,6 +38,7 @@ import type { LargeBodyResult, LargeBodyScenario } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const SHAPE = [1, 3, 224, 224];
+const ELEMENTS = SHAPE.reduce((a, b) => a * b, 1);
 
 const { values: opts } = parseArgs({
   options: {
@@ -58,7 +59,7 @@ const serverRoot = resolve(opts['server-root'] ?? ROOT);
 
 const MODELS = {
   'channel-mean': { output: 'means', outputBytes: 3 * 4 },
-  half: { output: 'halved', outputBytes: SHAPE.reduce((a, b) => a * b, 4) },
+  half: { output: 'halved', outputBytes: ELEMENTS * 4 },
 } as const;
 type ModelName = keyof typeof MODELS;
 
@@ -99,7 +100,7 @@ async function main(): Promise<void> {
   const repo = join(work, 'models');
   process.stderr.write('building the models...\n');
   execFileSync(pythonExecutable(), [join(ROOT, 'bench/large-body/make_models.py'), repo], { stdio: 'inherit' });
-  const input = new Float32Array(SHAPE.reduce((a, b) => a * b, 1)).map((_, i) => ((i * 7919) % 1000) / 1000);
+  const input = new Float32Array(ELEMENTS).map((_, i) => ((i * 7919) % 1000) / 1000);
   const npy = join(work, 'image.npy');
   writeFileSync(npy, encodeNpy({ dtype: 'float32', shape: SHAPE, data: new Uint8Array(input.buffer) }));
 

@@ -62,8 +62,9 @@ export class ChunkedBody {
 
   /** Copies bytes [start, end) into `target` (which holds at least end - start bytes). */
   copyTo(target: Uint8Array, start: number, end: number): void {
+    if (start === end) return;
     let written = 0;
-    for (let i = start === end ? this.chunks.length : this.chunkAt(start); written < end - start; i++) {
+    for (let i = this.chunkAt(start); written < end - start; i++) {
       const chunk = this.chunks[i] as Buffer;
       const from = start + written - (this.starts[i] as number);
       const n = Math.min(chunk.length - from, end - start - written);
