@@ -18,11 +18,12 @@ import bisect
 import logging
 import mmap
 import os
+import re
 
 import torch
 
 from ._dtypes import ITEMSIZE
-from ._errors import BAD_TENSOR, WorkerError
+from ._errors import BAD_TENSOR, INFERENCE_FAILED, SHARED_MEMORY_OUT_OF_RANGE, WorkerError
 
 #: Every tensor starts at a multiple of this (a cache line; enough for any dtype and SIMD load).
 ALIGN = 64
@@ -195,9 +196,24 @@ class InArena:
             return memoryview(b"")
         return memoryview(self._map)[offset : offset + nbytes]  # type: ignore[operator]
 
+    def span(self, offset: object, nbytes: object) -> memoryview:
+        """A writable view of ``[offset, offset + nbytes)`` at any byte offset: where a part of a
+        batched tensor is read into its rows (``read_files``)."""
+        if not _is_int(nbytes) or nbytes < 0:
+            raise WorkerError(BAD_TENSOR, f"nbytes {nbytes!r} is not a byte count")
+        if not _is_int(offset) or offset < 0:
+            raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a byte offset")
+        self._check_end(offset, nbytes)
+        if self._map is None:
+            return memoryview(bytearray())
+        return memoryview(self._map)[offset : offset + nbytes]  # type: ignore[operator]
+
     def _check_range(self, offset: object, nbytes: int) -> None:
         if not _is_int(offset) or offset < 0 or offset % ALIGN:
             raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a multiple of {ALIGN}")
+        self._check_end(offset, nbytes)
+
+    def _check_end(self, offset: int, nbytes: int) -> None:
         if offset + nbytes > self.mapped_bytes:
             self._remap()  # the gateway grew the file since we last looked
             if offset + nbytes > self.mapped_bytes:
@@ -212,6 +228,78 @@ class InArena:
         os.close(self._fd)
         self._map = None
         self._retired.clear()
+
+
+#: The only files ``read_files`` opens: the gateway's own descriptors, never a name.
+_PROC_FD = re.compile(r"/proc/\d+/fd/\d+")
+
+
+def read_files(arena: InArena, reads: object) -> None:
+    """Reads the spans the gateway left to the worker (shared-memory regions) into the input arena.
+
+    ``reads`` is a list of ``{offset, nbytes, path, position, what}``: ``nbytes`` at ``position``
+    of the file at ``path``, a ``/proc/<gateway>/fd/<fd>`` link to a file the gateway holds open
+    until the request is answered, go to ``[offset, offset + nbytes)`` of the arena. Each file is
+    opened once per request and read with ``preadv`` straight into the arena: one copy, in this
+    process, not the gateway's. A file shorter than its span (a client truncated its region) is
+    ``SHARED_MEMORY_OUT_OF_RANGE`` naming the input, as the gateway's own read would say.
+    """
+    if not isinstance(reads, list):
+        raise WorkerError(BAD_TENSOR, "'reads' must be a list of file spans")
+    fds: dict[str, int] = {}
+    try:
+        for read in reads:
+            path, position, what = _file_span(read)
+            view = arena.span(read.get("offset"), read.get("nbytes"))
+            if path not in fds:
+                try:
+                    fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError as exc:
+                    message = f"{what}: cannot open {path}: {exc}"
+                    raise WorkerError(INFERENCE_FAILED, message) from exc
+            done = 0
+            while done < len(view):
+                n = os.preadv(fds[path], [view[done:]], position + done)
+                if n == 0:
+                    message = f"{what} ended after {done} of {len(view)} bytes"
+                    raise WorkerError(SHARED_MEMORY_OUT_OF_RANGE, message)
+                done += n
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _file_span(read: object) -> tuple[str, int, str]:
+    """A file span's path, position and name for errors; BAD_TENSOR when malformed."""
+    if not isinstance(read, dict):
+        raise WorkerError(BAD_TENSOR, f"file span {read!r} is not an object")
+    path, position = read.get("path"), read.get("position")
+    if not isinstance(path, str) or not _PROC_FD.fullmatch(path):
+        raise WorkerError(BAD_TENSOR, f"file span path {path!r} is not /proc/<pid>/fd/<fd>")
+    if not _is_int(position) or position < 0:
+        raise WorkerError(BAD_TENSOR, f"file span position {position!r} is not a byte offset")
+    return path, position, str(read.get("what", "input"))
+
+
+def can_read_parent_files(arena_path: str) -> bool:
+    """Whether this worker may open its gateway's descriptors through /proc: it tries on the
+    input arena, which the gateway holds open. Same user, /proc mounted and no ptrace rule
+    against it, as is usual; when not, the gateway reads regions itself, as before."""
+    fd_dir = f"/proc/{os.getppid()}/fd"
+    arena_path = os.path.realpath(arena_path)
+    try:
+        for name in os.listdir(fd_dir):
+            link = f"{fd_dir}/{name}"
+            try:
+                if os.readlink(link) != arena_path:
+                    continue
+                os.close(os.open(link, os.O_RDONLY | os.O_CLOEXEC))
+                return True
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return False
 
 
 class OutArena:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from . import _protocol
-from ._arena import InArena, OutArena
+from ._arena import InArena, OutArena, can_read_parent_files, read_files
 from ._dtypes import NAMES, to_torch
 from ._errors import (
     BAD_PARAMETER,
@@ -87,6 +87,7 @@ class Worker:
             "cuda": torch.cuda.is_available(),
             "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
             "formats": supported_formats(),
+            "reads_files": can_read_parent_files(self.arena_in.path),
         }
 
     def serve(self) -> int:
@@ -218,6 +219,11 @@ class Worker:
         variant = runner.variants.get(parameters.get("precision") or "fp32")  # type: ignore[union-attr]
 
         t0 = time.perf_counter()
+        reads = message.get("reads")
+        if reads is not None:
+            read_files(self.arena_in, reads)
+        read_ms = _ms(t0, time.perf_counter())
+        t0 = time.perf_counter()
         geometry: dict[str, list[Geometry]] | None = (
             {} if self.processing is not None and self.processing.wants_geometry else None
         )
@@ -274,6 +280,7 @@ class Worker:
                 "d2h_ms": _ms(t_post, t3),
                 **({"preprocess_ms": preprocess_ms} if self.processing is not None else {}),
                 **({"postprocess_ms": _ms(t2, t_post)} if answers is not None else {}),
+                **({"read_ms": read_ms} if reads is not None else {}),
             },
         }
 

@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-from tensorgate._arena import ALIGN, FreeList, InArena, OutArena
+from tensorgate._arena import ALIGN, FreeList, InArena, OutArena, can_read_parent_files, read_files
 from tensorgate._dtypes import DTYPES, ITEMSIZE
-from tensorgate._errors import BAD_TENSOR, WorkerError
+from tensorgate._errors import BAD_TENSOR, SHARED_MEMORY_OUT_OF_RANGE, WorkerError
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
@@ -179,3 +179,50 @@ def test_out_bytes_below_a_page_are_rounded_up(shm_path):
     path = shm_path("out")
     OutArena(path, 1)
     assert os.path.getsize(path) == os.sysconf("SC_PAGE_SIZE")
+
+
+# read_files ------------------------------------------------------------------------------------
+
+
+def test_file_spans_land_at_any_byte_offset_of_the_arena(in_file, shm_path):
+    """Parts of a batched tensor start wherever the previous part ended: no alignment asked."""
+    source = shm_path("source")
+    with open(source, "wb") as f:
+        f.write(bytes(range(100)))
+    fd = os.open(source, os.O_RDONLY)
+    arena = InArena(in_file)
+    try:
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+        span = {"path": path, "what": "x"}
+        read_files(
+            arena,
+            [
+                {"offset": 3, "nbytes": 5, "position": 10, **span},
+                {"offset": 8, "nbytes": 2, "position": 0, **span},
+            ],
+        )
+        assert bytes(arena.span(0, 12)) == bytes([0, 0, 0, 10, 11, 12, 13, 14, 0, 1, 0, 0])
+        with pytest.raises(WorkerError) as past:
+            read_files(
+                arena, [{"offset": 0, "nbytes": 8, "path": path, "position": 96, "what": "x"}]
+            )
+        assert (past.value.code, past.value.message) == (
+            SHARED_MEMORY_OUT_OF_RANGE,
+            "x ended after 4 of 8 bytes",
+        )
+        for bad in ({"path": source}, {"position": -1}, {"offset": 4095, "nbytes": 2}):
+            span = {"offset": 0, "nbytes": 1, "path": path, "position": 0, "what": "x", **bad}
+            with pytest.raises(WorkerError) as refused:
+                read_files(arena, [span])
+            assert refused.value.code == BAD_TENSOR, bad
+    finally:
+        os.close(fd)
+        arena.close()
+
+
+def test_reading_the_parents_files_is_tried_on_the_file_named(shm_path):
+    """pytest's parent process does not hold this file open, so there is nothing to open."""
+    path = shm_path("unheld")
+    with open(path, "wb") as f:
+        f.write(b"x")
+    assert can_read_parent_files(path) is False

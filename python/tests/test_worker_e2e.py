@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from _worker_client import WIRE, WorkerProcess
+from _worker_client import WIRE, WorkerProcess, tensor_bytes
 
 
 def load_request(repo: Path, name: str, version: str | None = None, **overrides: Any) -> dict:
@@ -149,6 +149,50 @@ def test_two_inputs_dynamic_shapes_and_release(spawn, test_models):
     third = worker.infer({"a": a, "b": b})
     assert third["id"] == 4  # ids stay in step: release answered nothing
     assert third["result"]["outputs"][0]["offset"] == min(offsets)  # freed space is reused
+
+
+def test_the_worker_reads_file_spans_of_its_parent_into_the_arena(spawn, test_models, shm_path):
+    """What the gateway does for shared-memory regions: it names a span of a file it holds open
+    (/proc/<its pid>/fd/<fd>) and the worker reads it into the arena before viewing the inputs.
+    The spans here are two rows of the file in reverse order, into one input's slot."""
+    worker, _ = loaded(spawn, test_models, "adder")
+    assert worker.hello["reads_files"] is True  # the client holds the input arena open
+    region = shm_path("region")
+    rows = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    with open(region, "wb") as f:
+        f.write(tensor_bytes(rows))
+    fd = os.open(region, os.O_RDONLY)
+    try:
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+        b = torch.full((2, 4), 0.5)
+        # "a" is left empty in the arena (zeros): only the worker's reads can put rows there.
+        a = {"name": "a", "dtype": "float32", "shape": [2, 4], "offset": 4096, "nbytes": 32}
+        what = 'input "a": region "r"'
+        spans = [
+            {"offset": 4096, "nbytes": 16, "path": path, "position": 16, "what": what},
+            {"offset": 4112, "nbytes": 16, "path": path, "position": 0, "what": what},
+        ]
+        reply = worker.request("infer", inputs=[a, worker.put("b", b)], reads=spans)
+        assert torch.equal(worker.outputs(reply)["sum"], rows.flip(0) + b)
+        assert reply["result"]["timings"]["read_ms"] >= 0
+
+        past_end = [{**spans[0], "position": 24}]  # 8 bytes left in the file for a 16-byte span
+        assert error_of(
+            worker.request("infer", inputs=[a, worker.put("b", b)], reads=past_end)
+        ) == {
+            "code": "SHARED_MEMORY_OUT_OF_RANGE",
+            "message": 'input "a": region "r" ended after 8 of 16 bytes',
+            "type": "WorkerError",
+        }
+        named = [{**spans[0], "path": region}]  # a name, not the parent's descriptor
+        assert (
+            error_of(worker.request("infer", inputs=[a, worker.put("b", b)], reads=named))["code"]
+            == "BAD_TENSOR"
+        )
+        ok = worker.infer({"a": rows, "b": b})  # and the worker goes on
+        assert torch.equal(worker.outputs(ok)["sum"], rows + b)
+    finally:
+        os.close(fd)
 
 
 def test_a_failing_request_is_answered_and_the_worker_goes_on(spawn, test_models):

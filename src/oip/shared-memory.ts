@@ -7,8 +7,10 @@ import { byteLength, formatType, type Tensor } from '../tensor/tensor.js';
 /**
  * The system shared-memory extension: clients register POSIX shared-memory objects
  * (`/dev/shm/<key>`) as named regions, then name a region, offset and size instead of sending
- * tensor bytes. Inputs are read from the region straight into the worker's arena slot, outputs
- * written straight into the region: one copy each way, none through an HTTP body.
+ * tensor bytes. Inputs are read from the region straight into the worker's arena slot, by the
+ * worker itself where it can open this process's descriptors (TensorSource.file), so that the
+ * bytes never pass through the gateway's thread; outputs are written straight into the region:
+ * one copy each way, none through an HTTP body.
  *
  * Regions are read and written with positioned reads and writes, never mapped: a client that
  * truncates its object under us gets an error for that request, where a mapping would kill the
@@ -88,11 +90,14 @@ export class Region {
         `${what}: ${formatType(dtype, shape)} needs ${needed} bytes but shared_memory_byte_size is ${size}`,
         { input: name, expected: needed, got: size },
       );
-    this.span(what, offset, size);
+    const position = this.span(what, offset, size);
     return {
       dtype,
       shape,
       byteLength: size,
+      // A worker reads the bytes itself, through this process's descriptor: the region stays
+      // open until the request is answered (acquire), and the name is never looked up again.
+      file: { path: `/proc/${process.pid}/fd/${this.fd}`, position, what: `${what}: region "${this.name}"` },
       fill: (target) => {
         // Checked again when read: the client may have shrunk the object since the request came.
         const at = this.span(what, offset, size);

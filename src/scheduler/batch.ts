@@ -46,6 +46,7 @@ function stack(parts: TensorSource[]): TensorSource {
     byteLength: parts.reduce((sum, p) => sum + p.byteLength, 0),
     // Length-prefixed items concatenate into the items of both: BYTES join like any tensor.
     ...(first.bytes ? { bytes: true as const } : {}),
+    parts,
     fill(target) {
       let offset = 0;
       for (const part of parts) {

@@ -57,6 +57,8 @@ interface Slot {
 /** Errors caused by one request's data: a batch that fails with one is retried request by request. */
 // REMOTE_ERROR: a remote endpoint that refuses a batched call may be refusing one request's data.
 const PER_REQUEST_ERRORS = new Set([
+  // A client's region shorter than its request says when the worker reads it (truncated since).
+  'SHARED_MEMORY_OUT_OF_RANGE',
   'INFERENCE_FAILED',
   'BAD_TENSOR',
   'FILE_NOT_FOUND',

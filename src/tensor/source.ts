@@ -21,6 +21,26 @@ export interface TensorSource {
   readonly data?: Uint8Array;
   /** Writes exactly `byteLength` bytes into `target`; may throw a TensorgateError (bad data, file gone). */
   fill(target: Uint8Array): void;
+  /**
+   * Where an engine in another process may read the bytes itself instead of calling `fill`, so
+   * that they never pass through this process's thread (see FileSpan). Engines that run here, or
+   * cannot open the file, call `fill`.
+   */
+  readonly file?: FileSpan;
+  /** The sources this one stacks, in order (a batch): an engine may place each part by itself. */
+  readonly parts?: readonly TensorSource[];
+}
+
+/**
+ * `byteLength` bytes at `position` in a file that this process holds open for as long as the
+ * request runs, named by a path another process of the same user can open: `/proc/<pid>/fd/<fd>`,
+ * which reaches the file this process opened, not whatever a name points at by then.
+ */
+export interface FileSpan {
+  readonly path: string;
+  readonly position: number;
+  /** The bytes as an error should name them: `input "x": region "r"`. */
+  readonly what: string;
 }
 
 /** A source over bytes already in memory. */
@@ -42,6 +62,8 @@ export function reshapeSource(source: TensorSource, shape: number[]): TensorSour
     byteLength: source.byteLength,
     ...(source.bytes ? { bytes: true as const } : {}),
     ...(source.data ? { data: source.data } : {}),
+    ...(source.file ? { file: source.file } : {}),
+    ...(source.parts ? { parts: source.parts } : {}),
     fill: (target) => source.fill(target),
   };
 }

@@ -21,6 +21,19 @@ export const TensorHeaderSchema = z.object({
 });
 export type TensorHeader = z.infer<typeof TensorHeaderSchema>;
 
+/**
+ * Bytes the worker reads into the input arena itself before it views the inputs: `nbytes` at
+ * `position` of the file at `path` (a `/proc/<gateway pid>/fd/<fd>` link the gateway holds open),
+ * into `[offset, offset + nbytes)` of the arena. `what` names them in an error.
+ */
+export interface FileRead {
+  offset: number;
+  nbytes: number;
+  path: string;
+  position: number;
+  what: string;
+}
+
 export const HelloSchema = z.object({
   op: z.literal('hello'),
   pid: z.number().int(),
@@ -29,6 +42,8 @@ export const HelloSchema = z.object({
   cuda: z.boolean(),
   cuda_devices: z.number().int().default(0),
   formats: z.array(z.string()),
+  /** Whether the worker can open the gateway's files through /proc (then it reads FileReads itself). */
+  reads_files: z.boolean().default(false),
 });
 export type Hello = z.infer<typeof HelloSchema>;
 
@@ -112,6 +127,8 @@ export const InferResultSchema = z.object({
     preprocess_ms: z.number().optional(),
     /** A processing handler's postprocess. */
     postprocess_ms: z.number().optional(),
+    /** Reading the request's FileReads into the input arena. */
+    read_ms: z.number().optional(),
   }),
 });
 export type InferResult = z.infer<typeof InferResultSchema>;

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
+import type { TensorSource } from '../../tensor/source.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
   EngineInstance,
@@ -12,12 +13,15 @@ import type {
 } from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
 import { AnswerSpin } from './loop-spin.js';
-import { InferResultSchema, LoadResultSchema, loadRequestModel, type TensorHeader } from './protocol.js';
+import { type FileRead, InferResultSchema, LoadResultSchema, loadRequestModel, type TensorHeader } from './protocol.js';
 import { WorkerProcess } from './worker-process.js';
 
 /**
  * One model version loaded in one Python worker. Inputs are copied once into the input arena, the
  * worker views them in place, and outputs are copied once out of the output arena and released.
+ * Inputs that lie in a file the gateway holds open (a shared-memory region) are read into the
+ * arena by the worker itself, when it can open the gateway's descriptors: their bytes then never
+ * pass through the gateway's thread, which serves every request of the process.
  */
 
 let instanceCounter = 0;
@@ -39,6 +43,8 @@ export class TorchInstance implements EngineInstance {
   private readonly crashListeners: ((err: Error) => void)[] = [];
   /** Whether the gateway waits for this worker's answers awake: set by the spin the load reports. */
   private answerSpin: AnswerSpin | undefined;
+  /** Whether the worker reads TensorSource.file spans itself (its hello says it can). */
+  private workerReadsFiles = false;
 
   constructor(
     private readonly spec: ModelVersionSpec,
@@ -66,6 +72,7 @@ export class TorchInstance implements EngineInstance {
     this.worker = worker;
     worker.onExitOnce((err) => this.onWorkerExit(err));
     const hello = await worker.hello;
+    this.workerReadsFiles = hello.reads_files;
     const model = loadRequestModel(config, version, dir);
     const variants = {
       precisions: config.parameters.precision,
@@ -100,6 +107,7 @@ export class TorchInstance implements EngineInstance {
 
     const t0 = performance.now();
     const headers: TensorHeader[] = [];
+    const reads: FileRead[] = [];
     let fillMs = 0;
     try {
       for (const { name, tensor } of request.inputs) {
@@ -119,7 +127,7 @@ export class TorchInstance implements EngineInstance {
         const slot = arenaIn.reserve(tensor.byteLength);
         headers.push(header(slot.offset)); // before the fill, so that a failed fill is released too
         const fillStart = performance.now();
-        tensor.fill(slot.view);
+        this.place(tensor, slot.view, slot.offset, reads);
         slot.commit();
         fillMs += performance.now() - fillStart;
       }
@@ -132,6 +140,7 @@ export class TorchInstance implements EngineInstance {
         raw = await worker.request('infer', {
           inputs: headers,
           parameters: { precision: request.precision },
+          ...(reads.length > 0 ? { reads } : {}),
           ...(release.length > 0 ? { release } : {}),
         });
       } finally {
@@ -148,15 +157,17 @@ export class TorchInstance implements EngineInstance {
       const computeMs = result.timings.compute_ms;
       const preprocessMs = result.timings.preprocess_ms;
       const postprocessMs = result.timings.postprocess_ms;
+      // The worker's reads stand for the gateway's fill: the same stage, done elsewhere.
+      const readMs = result.timings.read_ms ?? 0;
       // Everything that is not the forward pass (or processing) is the cost of moving data and
       // headers across.
-      const inWorker = computeMs + (preprocessMs ?? 0) + (postprocessMs ?? 0);
+      const inWorker = computeMs + readMs + (preprocessMs ?? 0) + (postprocessMs ?? 0);
       return {
         outputs,
         ...(result.answers ? { answers: result.answers } : {}),
         ...(result.geometry ? { geometry: result.geometry } : {}),
         timings: {
-          fillMs,
+          fillMs: fillMs + readMs,
           computeMs,
           transferMs: t1 - t0 - fillMs + (t2 - t1 - inWorker) + (t3 - t2),
           ...(preprocessMs !== undefined ? { preprocessMs } : {}),
@@ -166,6 +177,27 @@ export class TorchInstance implements EngineInstance {
     } finally {
       for (const h of headers) arenaIn.release(h.offset);
     }
+  }
+
+  /**
+   * Writes `source` into `view`, the arena slot at `offset`, except the spans the worker can read
+   * itself (a file, or the file parts of a batch), which are added to `reads` instead.
+   */
+  private place(source: TensorSource, view: Buffer, offset: number, reads: FileRead[]): void {
+    if (this.workerReadsFiles && source.file) {
+      const { path, position, what } = source.file;
+      reads.push({ offset, nbytes: source.byteLength, path, position, what });
+      return;
+    }
+    if (this.workerReadsFiles && source.parts) {
+      let at = 0;
+      for (const part of source.parts) {
+        this.place(part, view.subarray(at, at + part.byteLength), offset + at, reads);
+        at += part.byteLength;
+      }
+      return;
+    }
+    source.fill(view);
   }
 
   get pid(): number | undefined {

@@ -1,0 +1,138 @@
+import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { defaultConfig } from '../../src/config.js';
+import type { NamedTensor } from '../../src/engines/engine.js';
+import { Gateway, type TensorInferenceResult } from '../../src/gateway.js';
+import { SharedMemoryRegistry } from '../../src/oip/shared-memory.js';
+import { type TensorSource, tensorSource } from '../../src/tensor/source.js';
+import { makeTensor, toNumbers } from '../../src/tensor/tensor.js';
+import { ensureTestModels } from '../helpers/models.js';
+
+/**
+ * Shared-memory inputs read by the worker itself (TensorSource.file): a real gateway, real torch
+ * workers and real /dev/shm regions. The region sources here refuse to be filled by the gateway,
+ * so a request only succeeds when the worker read its bytes; batches mix them with rows in memory.
+ */
+
+const ROW = 4;
+
+describe('inputs the worker reads from shared memory', { timeout: 300_000 }, () => {
+  let gateway: Gateway;
+  let work: string;
+  const regions = new SharedMemoryRegistry();
+  const keys: string[] = [];
+
+  /** A registered region holding `rows` (float32), as a client would make it. */
+  function region(name: string, rows: number[][]): string {
+    const key = `/tg_test_reads_${process.pid}_${name}`;
+    writeFileSync(`/dev/shm${key}`, Buffer.from(new Float32Array(rows.flat()).buffer));
+    keys.push(key);
+    regions.register(name, { key, byte_size: rows.length * ROW * 4 });
+    return key;
+  }
+
+  /** Rows `first..first+count` of a region as an input, which only the worker may read. */
+  function fromRegion(name: string, first: number, count: number): TensorSource {
+    const source = regions.get(name).input('x', 'float32', [count, ROW], first * ROW * 4, count * ROW * 4);
+    assert.ok(source.file?.path.startsWith(`/proc/${process.pid}/fd/`));
+    return {
+      ...source,
+      fill: () => {
+        throw new Error('filled by the gateway: the worker should have read this region');
+      },
+    };
+  }
+
+  const inMemory = (rows: number[][]) =>
+    tensorSource(makeTensor('float32', [rows.length, ROW], new Uint8Array(new Float32Array(rows.flat()).buffer)));
+
+  const doubled = (answer: TensorInferenceResult) => [...toNumbers((answer.outputs[0] as NamedTensor).tensor)];
+
+  const infer = (x: TensorSource) =>
+    gateway.inferTensors({ model: 'sleepy-batched', inputs: new Map([['x', x]]), form: 'binary' });
+
+  before(async () => {
+    const models = ensureTestModels();
+    work = mkdtempSync(join(tmpdir(), 'tg-reads-'));
+    // sleepy answers x * 2; a 300 ms delay makes concurrent calls one batch.
+    const dir = join(work, 'sleepy-batched');
+    cpSync(join(models, 'sleepy'), dir, { recursive: true });
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    config.name = 'sleepy-batched';
+    config.batching = { max_batch_size: 8, max_queue_delay_us: 300_000, adaptive_delay: false };
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+    gateway = await Gateway.open({
+      ...defaultConfig(work),
+      registry: join(work, 'r.db'),
+      modelsDir: join(work, 'none'),
+    });
+    await gateway.register(dir);
+  });
+
+  after(async () => {
+    await gateway.close();
+    regions.close();
+    for (const key of keys) rmSync(`/dev/shm${key}`, { force: true });
+  });
+
+  it('batches region rows with rows in memory and answers each caller its own, bit for bit', async () => {
+    region('a', [
+      [1, 2, 3, 4],
+      [0.1, -0.2, 1e-7, 3e38],
+    ]);
+    region('b', [
+      [9, 8, 7, 6],
+      [5, 4, 3, 2],
+      [-1, -2, -3, -4],
+    ]);
+    // Each call and the rows it sends: sleepy answers them doubled.
+    const calls: { x: TensorSource; rows: number[][] }[] = [
+      { x: fromRegion('a', 1, 1), rows: [[0.1, -0.2, 1e-7, 3e38]] },
+      { x: inMemory([[5, 6, 7, 8]]), rows: [[5, 6, 7, 8]] },
+      {
+        x: fromRegion('b', 1, 2),
+        rows: [
+          [5, 4, 3, 2],
+          [-1, -2, -3, -4],
+        ],
+      },
+      { x: fromRegion('a', 0, 1), rows: [[1, 2, 3, 4]] },
+    ];
+    const answers = await Promise.all(calls.map(({ x }) => infer(x)));
+    assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.batches, { 5: 1 }, 'one forward pass of 5 rows');
+    for (const [i, { rows }] of calls.entries()) {
+      const answer = answers[i] as TensorInferenceResult;
+      assert.equal(answer.batch_size, 5);
+      assert.deepEqual(
+        doubled(answer),
+        rows.flat().map((v) => Math.fround(Math.fround(v) * 2)),
+        `call ${i}`,
+      );
+    }
+  });
+
+  it('fails only the request whose region was cut short before the worker read it', async () => {
+    const key = region('short', [
+      [1, 1, 1, 1],
+      [2, 2, 2, 2],
+    ]);
+    region('whole', [[3, 3, 3, 3]]);
+    const pids = gateway.poolStats('sleepy-batched', '1')?.pids;
+    const calls = [infer(fromRegion('whole', 0, 1)), infer(fromRegion('short', 0, 2)), infer(inMemory([[4, 4, 4, 4]]))];
+    // The requests were checked against the region when they came; the batch waits 300 ms.
+    truncateSync(`/dev/shm${key}`, 20);
+    const [whole, short, memory] = await Promise.allSettled(calls);
+    assert.equal(whole?.status, 'fulfilled');
+    assert.equal(memory?.status, 'fulfilled');
+    assert.deepEqual(doubled(whole.value), [6, 6, 6, 6]);
+    assert.deepEqual(doubled(memory.value), [8, 8, 8, 8]);
+    assert.equal(short?.status, 'rejected');
+    const reason = short.reason as { code: string; message: string };
+    assert.equal(reason.code, 'SHARED_MEMORY_OUT_OF_RANGE');
+    assert.match(reason.message, /^input "x": region "short" ended after 20 of 32 bytes$/);
+    assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.pids, pids, 'no worker crashed or restarted');
+  });
+});
