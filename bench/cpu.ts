@@ -18,9 +18,18 @@ export function cpuMs(pid: number): { self: number; children: number } {
   };
 }
 
-function procStat(pid: number): { ppid: number; cpuMs: number } | undefined {
+/**
+ * CPU ms of one thread of a process; by default its main thread, which for a Node process is the
+ * JavaScript thread: every request a gateway serves passes through it, so its CPU per call bounds
+ * the calls per second one gateway can answer, however many cores the host has.
+ */
+export function threadCpuMs(pid: number, tid = pid): number {
+  return procStat(pid, `/proc/${pid}/task/${tid}/stat`)?.cpuMs ?? 0;
+}
+
+function procStat(pid: number, path = `/proc/${pid}/stat`): { ppid: number; cpuMs: number } | undefined {
   try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const text = readFileSync(path, 'utf8');
     // The command may hold spaces and parentheses: fields start after the last ')'.
     const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
     const ticks = Number(fields[11]) + Number(fields[12]);

@@ -4,7 +4,9 @@ little work that what a call costs is moving the tensor, not the forward pass.
 
 - ``channel-mean``: the mean of each channel, [N, 3, 224, 224] -> [N, 3] (a large body in, a
   small answer out);
-- ``half``: every value halved, [N, 3, 224, 224] -> the same shape (a large answer out too).
+- ``half``: every value halved, [N, 3, 224, 224] -> the same shape (a large answer out too);
+- ``channel-mean-batched``: ``channel-mean`` with dynamic batching as the GPU benchmark serves
+  at concurrency 32 (batches of up to 32, 2 ms delay).
 
 Both are ``torch.export`` programs (``.pt2``) with a dynamic batch dimension, written with their
 ``config.json`` into the model repository given::
@@ -34,7 +36,12 @@ class Half(torch.nn.Module):
 
 
 def write(
-    repo: Path, name: str, module: torch.nn.Module, output: str, out_shape: list[int]
+    repo: Path,
+    name: str,
+    module: torch.nn.Module,
+    output: str,
+    out_shape: list[int],
+    batching: dict[str, int] | None = None,
 ) -> None:
     folder = repo / name / "1"
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +59,7 @@ def write(
         "parameters": {"precision": ["fp32"]},
         "resources": {"device": "cpu", "threads": 1, "memory_mb": 256, "instances": 1},
         "versions": {"1": {"format": "export", "file": "model.pt2"}},
+        **({"batching": batching} if batching else {}),
     }
     (repo / name / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
@@ -60,6 +68,8 @@ def main() -> None:
     repo = Path(sys.argv[1])
     write(repo, "channel-mean", ChannelMean(), "means", [3])
     write(repo, "half", Half(), "halved", SHAPE)
+    batching = {"max_batch_size": 32, "max_queue_delay_us": 2000}
+    write(repo, "channel-mean-batched", ChannelMean(), "means", [3], batching)
 
 
 if __name__ == "__main__":

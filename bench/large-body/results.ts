@@ -4,7 +4,7 @@ import type { Distribution } from '../mcp-overhead/stats.js';
 /** What bench/large-body/run.ts writes to bench/results/large-body-<time>.json. */
 
 export interface LargeBodyScenario {
-  /** `<model>/c<concurrency>`, e.g. `channel-mean/c8`. */
+  /** `<model>/c<concurrency>`, e.g. `channel-mean/c8`; `batched-binary/c32`, `batched-shm/c32`. */
   name: string;
   /** Which gateway served it: `shipped`, or `v8-default` (TENSORGATE_V8_HEAP=default). */
   gateway: string;
@@ -12,8 +12,12 @@ export interface LargeBodyScenario {
   concurrency: number;
   latency: Distribution;
   calls_per_s: number;
-  /** CPU time per call from /proc: the serving gateway, and the worker it started. */
-  cpu_ms_per_call: { gateway: number; worker: number };
+  /**
+   * CPU time per call from /proc: the serving gateway (all its threads), its main thread alone
+   * (JavaScript: 1000 / gateway_main bounds one gateway's calls per second), and its worker.
+   * Runs before gateway_main was measured lack it.
+   */
+  cpu_ms_per_call: { gateway: number; gateway_main?: number; worker: number };
   /** The gateway's garbage collection (its /metrics): time per call, full collections per 1000 calls. */
   gc?: { ms_per_call: number; major_per_1000_calls: number };
 }
@@ -27,6 +31,8 @@ export interface LargeBodyResult {
     calls: number;
     rounds: number;
     warmup: number;
+    /** Clients of the batched scenarios (absent before they were measured). */
+    wide?: number;
     input_bytes: number;
     seconds: number;
     /** What was measured, when not this checkout as it is (e.g. an earlier commit's server). */

@@ -5,7 +5,7 @@
  * answer, back out (docs/architecture.md, "Large bodies").
  *
  *   node --import tsx bench/large-body/run.ts [--calls 600] [--rounds 3] [--concurrency 8]
- *        [--out FILE] [--label TEXT] [--server-root DIR]
+ *        [--wide 32] [--out FILE] [--label TEXT] [--server-root DIR]
  *
  * Models (bench/large-body/make_models.py): `channel-mean` (602 KB in, 12 bytes out) and `half`
  * (602 KB in and out). Over MCP Streamable HTTP, `channel-mean` is also called as an agent would:
@@ -14,7 +14,11 @@
  * (V8's default accounting of external memory, under which dead socket reads bring on full
  * collections). Per gateway: `channel-mean` with one client and with `--concurrency` clients in a
  * closed loop, and `half` with one client; every scenario in every round, interleaved so that
- * drift of the machine hits all alike. The gateways' garbage collection over each scenario comes
+ * drift of the machine hits all alike. The shipped gateway also serves `channel-mean-batched`
+ * (batches of up to 32, 2 ms delay) to `--wide` clients, as the GPU benchmark's concurrency-32
+ * figures do: the tensor in the body (`batched-binary`) and in a system shared-memory region
+ * (`batched-shm`). Besides the gateway's CPU per call, its main thread's: the JavaScript thread
+ * every request passes through, whose CPU per call bounds one gateway's calls per second. The gateways' garbage collection over each scenario comes
  * from their /metrics (`nodejs_gc_duration_seconds`). The baseline is each model's raw forward in one Python
  * process on the same input (bench/mcp-overhead/baseline.py). `--server-root` serves from another
  * checkout (an earlier commit, built), to compare against it; `--label` says what that was.
@@ -28,11 +32,11 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
-import { cpuMs } from '../cpu.js';
+import { cpuMs, threadCpuMs } from '../cpu.js';
 import { BaselineProcess, McpConnection } from '../mcp-overhead/clients.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, round } from '../mcp-overhead/stats.js';
-import { binaryRequest, postForHeader } from '../oip/requests.js';
+import { binaryRequest, post, postForHeader, sharedMemoryRequests } from '../oip/requests.js';
 import { startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
 import type { LargeBodyResult, LargeBodyScenario } from './results.js';
 
@@ -46,6 +50,7 @@ const { values: opts } = parseArgs({
     rounds: { type: 'string', default: '3' },
     warmup: { type: 'string', default: '50' },
     concurrency: { type: 'string', default: '8' },
+    wide: { type: 'string', default: '32' },
     out: { type: 'string' },
     label: { type: 'string' },
     'server-root': { type: 'string' },
@@ -55,11 +60,13 @@ const calls = Number(opts.calls);
 const rounds = Number(opts.rounds);
 const warmup = Number(opts.warmup);
 const concurrency = Number(opts.concurrency);
+const wide = Number(opts.wide);
 const serverRoot = resolve(opts['server-root'] ?? ROOT);
 
 const MODELS = {
   'channel-mean': { output: 'means', outputBytes: 3 * 4 },
   half: { output: 'halved', outputBytes: ELEMENTS * 4 },
+  'channel-mean-batched': { output: 'means', outputBytes: 3 * 4 },
 } as const;
 type ModelName = keyof typeof MODELS;
 
@@ -87,12 +94,13 @@ async function collections(g: Gateway): Promise<{ ms: number; major: number } | 
 }
 
 interface Scenario {
-  /** `<model>/c<concurrency>` over OIP binary, `mcp-http-<form>/c1` over MCP. */
+  /** `<model>/c<concurrency>` over OIP binary, `mcp-http-<form>/c1` over MCP, `batched-<form>/c<wide>`. */
   name: string;
   gateway: Gateway;
   model: ModelName;
   concurrency: number;
-  call: () => Promise<unknown>;
+  /** One call by client number `client` (each shared-memory client has its own output region). */
+  call: (client: number) => Promise<unknown>;
 }
 
 async function main(): Promise<void> {
@@ -126,11 +134,11 @@ async function main(): Promise<void> {
     });
   }
   const baselines = Object.fromEntries(
-    (Object.keys(MODELS) as ModelName[]).map((m) => [
+    (['channel-mean', 'half'] as const).map((m) => [
       m,
       new BaselineProcess(pythonExecutable(), join(repo, m), npy, 50),
     ]),
-  ) as Record<ModelName, BaselineProcess>;
+  ) as Record<'channel-mean' | 'half', BaselineProcess>;
   const baselineInfo = await baselines['channel-mean'].ready;
   await baselines.half.ready;
 
@@ -143,13 +151,29 @@ async function main(): Promise<void> {
       ),
     ]),
   ) as Record<ModelName, ReturnType<typeof binaryRequest>>;
-  const oip = (gateway: Gateway, model: ModelName, clients: number): Scenario => ({
-    name: `${model}/c${clients}`,
+  const oip = (gateway: Gateway, model: ModelName, clients: number, name = `${model}/c${clients}`): Scenario => ({
+    name,
     gateway,
     model,
     concurrency: clients,
     call: () => postForHeader(gateway.base, `/v2/models/${model}/infer`, bodies[model]),
   });
+  const [shipped] = gateways as [Gateway];
+  const shm = await sharedMemoryRequests(
+    shipped.base,
+    'large',
+    { input: 'image', output: 'means', shape: SHAPE, outputBytes: MODELS['channel-mean-batched'].outputBytes },
+    input,
+    wide,
+  );
+  process.once('exit', shm.cleanup); // the regions' files, however the run ends
+  const batchedShm: Scenario = {
+    name: `batched-shm/c${wide}`,
+    gateway: shipped,
+    model: 'channel-mean-batched',
+    concurrency: wide,
+    call: (client) => post(shipped.base, '/v2/models/channel-mean-batched/infer', shm.requests[client] as never),
+  };
   // What an agent sends over MCP: the tensor inline as base64, or the path of a .npy file.
   const b64 = Buffer.from(input.buffer).toString('base64');
   const mcp = (gateway: Gateway, form: string, image: Record<string, unknown>): Scenario => ({
@@ -165,34 +189,37 @@ async function main(): Promise<void> {
     oip(gateway, 'half', 1),
     mcp(gateway, 'b64', { b64, shape: SHAPE, dtype: 'float32' }),
     mcp(gateway, 'path', { path: npy }),
+    ...(gateway === shipped ? [oip(gateway, 'channel-mean-batched', wide, `batched-binary/c${wide}`), batchedShm] : []),
   ]);
   const key = (s: Scenario) => `${s.gateway.name} ${s.name}`;
   interface Measured {
     ms: number[];
     seconds: number;
     gateway: number;
+    main: number;
     worker: number;
     gc?: { ms: number; major: number };
   }
   const samples = new Map<string, Measured>();
-  for (const s of scenarios) for (let i = 0; i < warmup; i++) await s.call();
+  for (const s of scenarios) for (let i = 0; i < warmup; i++) await s.call(0);
   const raw = new Map<ModelName, number[]>();
   const started = performance.now();
   for (let r = 0; r < rounds; r++) {
     process.stderr.write(`round ${r + 1}/${rounds}\n`);
-    for (const m of Object.keys(MODELS) as ModelName[])
+    for (const m of ['channel-mean', 'half'] as const)
       raw.set(m, [...(raw.get(m) ?? []), ...(await baselines[m].run(calls)).map((s) => s.ms)]);
     for (const s of scenarios) {
-      const into: Measured = samples.get(key(s)) ?? { ms: [], seconds: 0, gateway: 0, worker: 0 };
+      const into: Measured = samples.get(key(s)) ?? { ms: [], seconds: 0, gateway: 0, main: 0, worker: 0 };
       const gcBefore = await collections(s.gateway);
       const before = cpuMs(s.gateway.pid);
+      const mainBefore = threadCpuMs(s.gateway.pid);
       const t0 = performance.now();
       const perClient = Math.ceil(calls / s.concurrency);
       await Promise.all(
-        Array.from({ length: s.concurrency }, async () => {
+        Array.from({ length: s.concurrency }, async (_, client) => {
           for (let i = 0; i < perClient; i++) {
             const t = performance.now();
-            await s.call();
+            await s.call(client);
             into.ms.push(performance.now() - t);
           }
         }),
@@ -201,6 +228,7 @@ async function main(): Promise<void> {
       const after = cpuMs(s.gateway.pid);
       const gcAfter = await collections(s.gateway);
       into.gateway += after.self - before.self;
+      into.main += threadCpuMs(s.gateway.pid) - mainBefore;
       into.worker += after.children - before.children;
       if (gcBefore && gcAfter)
         into.gc = {
@@ -221,7 +249,11 @@ async function main(): Promise<void> {
       concurrency: s.concurrency,
       latency: distribution(m.ms),
       calls_per_s: round(m.ms.length / m.seconds, 1),
-      cpu_ms_per_call: { gateway: round(m.gateway / m.ms.length), worker: round(m.worker / m.ms.length) },
+      cpu_ms_per_call: {
+        gateway: round(m.gateway / m.ms.length),
+        gateway_main: round(m.main / m.ms.length),
+        worker: round(m.worker / m.ms.length),
+      },
       ...(m.gc
         ? {
             gc: {
@@ -241,6 +273,7 @@ async function main(): Promise<void> {
       calls,
       rounds,
       warmup,
+      wide,
       input_bytes: input.byteLength,
       seconds: round(seconds, 1),
       ...(opts.label ? { label: opts.label } : {}),
@@ -251,7 +284,7 @@ async function main(): Promise<void> {
   for (const [m, d] of Object.entries(result.raw)) console.log(`raw ${m.padEnd(22)} p50 ${d.p50.toFixed(3)} ms`);
   for (const r of results)
     console.log(
-      `${r.gateway.padEnd(10)} ${r.name.padEnd(16)} p50 ${r.latency.p50.toFixed(3)} ms  p99 ${r.latency.p99.toFixed(3)}  ${r.calls_per_s} calls/s  CPU gateway ${r.cpu_ms_per_call.gateway} worker ${r.cpu_ms_per_call.worker} ms/call${r.gc ? `  GC ${r.gc.ms_per_call} ms/call, ${r.gc.major_per_1000_calls} full per 1000 calls` : ''}`,
+      `${r.gateway.padEnd(10)} ${r.name.padEnd(16)} p50 ${r.latency.p50.toFixed(3)} ms  p99 ${r.latency.p99.toFixed(3)}  ${r.calls_per_s} calls/s  CPU gateway ${r.cpu_ms_per_call.gateway} (main ${r.cpu_ms_per_call.gateway_main}) worker ${r.cpu_ms_per_call.worker} ms/call${r.gc ? `  GC ${r.gc.ms_per_call} ms/call, ${r.gc.major_per_1000_calls} full per 1000 calls` : ''}`,
     );
 
   const out =

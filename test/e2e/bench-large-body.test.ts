@@ -19,7 +19,7 @@ const ROOT = join(import.meta.dirname, '..', '..');
 describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
   it('measures every scenario on both gateways with CPU figures, and renders the table', async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'tg-large-body-smoke-')), 'large-body.json');
-    const args = ['--calls', '16', '--rounds', '1', '--warmup', '3', '--concurrency', '4', '--out', out];
+    const args = ['--calls', '16', '--rounds', '1', '--warmup', '3', '--concurrency', '4', '--wide', '8', '--out', out];
     await promisify(execFile)(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/large-body/run.ts'), ...args], {
       cwd: ROOT,
       timeout: 280_000,
@@ -35,16 +35,20 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
         `${g} half/c1`,
         `${g} mcp-http-b64/c1`,
         `${g} mcp-http-path/c1`,
+        ...(g === 'shipped' ? [`${g} batched-binary/c8`, `${g} batched-shm/c8`] : []),
       ]),
     );
     for (const s of file.scenarios) {
       assert.equal(s.latency.n, 16, `${s.gateway} ${s.name}`);
       assert.ok(s.calls_per_s > 0 && s.cpu_ms_per_call.gateway > 0, `${s.gateway} ${s.name}`);
+      assert.ok((s.cpu_ms_per_call.gateway_main ?? -1) >= 0, `main thread: ${s.gateway} ${s.name}`);
       assert.ok(s.gc && s.gc.ms_per_call >= 0 && s.gc.major_per_1000_calls >= 0, `GC figures: ${s.gateway} ${s.name}`);
     }
     const section = renderLargeBody([file]);
     assert.match(section, /^## Large bodies \(bench\/large-body\)/);
     assert.match(section, /\| `half\/c1` \| v8-default \|/);
     assert.match(section, /full GCs per 1000 calls/);
+    assert.match(section, /\| `batched-shm\/c8` \| shipped \|/);
+    assert.match(section, /ceiling for image calls, from its main thread's CPU per call/);
   });
 });
