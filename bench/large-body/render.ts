@@ -43,13 +43,13 @@ export function renderLargeBody(files: unknown[]): string {
       : []),
     ...(runs.length > 1
       ? [
-          'Earlier runs (gateway CPU ms/call, calls/s): ',
+          'Earlier runs (gateway CPU ms/call, its main thread where measured, calls/s): ',
           '',
           ...runs
             .slice(0, -1)
             .map(
               (e) =>
-                `- ${e.date.slice(0, 16).replace('T', ' ')} (${e.config.label ?? e.machine.commit}): ${e.scenarios.map((s) => `${s.gateway} ${s.name} ${s.cpu_ms_per_call.gateway} ms, ${s.calls_per_s}/s`).join('; ')}`,
+                `- ${e.date.slice(0, 16).replace('T', ' ')} (${e.config.label ?? e.machine.commit}): ${e.scenarios.map((s) => `${s.gateway} ${s.name} ${s.cpu_ms_per_call.gateway} ms${s.cpu_ms_per_call.gateway_main === undefined ? '' : ` (main ${s.cpu_ms_per_call.gateway_main})`}, ${s.calls_per_s}/s`).join('; ')}`,
             ),
           '',
         ]
