@@ -20,6 +20,9 @@ interface ConcurrentRow {
   gpu_utilization_percent: number | null;
   gpu_memory_used_mib: number | null;
   share_of_raw: number;
+  /** The gateway's CPU per call, all threads and its main thread (absent in runs before them). */
+  gateway_cpu_ms_per_call?: number | null;
+  gateway_main_ms_per_call?: number | null;
 }
 
 export interface GpuServingFile {
@@ -56,7 +59,7 @@ export function renderGpuServing(files: unknown[]): string {
   return [
     '## Serving on a GPU (bench/gpu/serving.py)',
     '',
-    `\`python3 bench/gpu/serving.py\`: the demo image model (\`.pt2\`, 1x3x224x224 float32) on \`${f.device}\` (${where}torch ${f.torch}, ${f.cpus} CPUs), workers spinning ${f.config.spin_us} µs${f.config.wider_spin_us ? ` (${f.config.wider_spin_us} µs in the rows that say so: the gateway waits awake only for answers within the spin)` : ''}, against the raw forward in one process (host tensor in, \`.to(device)\`, forward, \`.cpu()\`): ${f.raw.latency.p50} ms p50 at batch 1, ${f.raw.batch32_rows_per_s} rows/s at batch 32. ${f.config.seconds} s per block; concurrency 32 from ${f.config.clients}, against copies with dynamic batching (max rows:delay µs:instances). Run ${f.date.slice(0, 16).replace('T', ' ')} UTC, ${f.seconds} s.`,
+    `\`python3 bench/gpu/serving.py\`: the demo image model (\`.pt2\`, 1x3x224x224 float32) on \`${f.device}\` (${where}torch ${f.torch}, ${f.cpus} CPUs), workers spinning ${f.config.spin_us} µs${f.config.wider_spin_us ? ` (${f.config.wider_spin_us} µs in the rows that say so: the gateway waits awake only for answers within the spin)` : ''}, against the raw forward in one process (host tensor in, \`.to(device)\`, forward, \`.cpu()\`): ${f.raw.latency.p50} ms p50 at batch 1, ${f.raw.batch32_rows_per_s} rows/s at batch 32. ${f.config.seconds} s per block; concurrency 32 from ${f.config.clients}, against copies with dynamic batching (max rows:delay µs:instances); _gateway CPU ms/call_ from /proc, of the whole process and of its main thread alone (the JavaScript thread every request passes through: 1000 / its ms per call bounds one gateway's calls per second). Run ${f.date.slice(0, 16).replace('T', ' ')} UTC, ${f.seconds} s.`,
     '',
     '| concurrency 1 | p50 ms | p90 ms | p99 ms | over raw ms | server stages: decode / queue / transfer / compute / encode / total ms |',
     '| --- | ---: | ---: | ---: | ---: | --- |',
@@ -66,11 +69,11 @@ export function renderGpuServing(files: unknown[]): string {
         `| \`${form}\` | ${r.latency.p50} | ${r.latency.p90} | ${r.latency.p99} | ${r.over_raw_ms} | ${STAGES.map((k) => r.server_ms[k] ?? '-').join(' / ')} |`,
     ),
     '',
-    '| concurrency 32 (batching, form) | rows/s | share of raw batch 32 | p50 ms | p99 ms | GPU utilisation % | GPU memory MiB |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| concurrency 32 (batching, form) | rows/s | share of raw batch 32 | p50 ms | p99 ms | GPU utilisation % | GPU memory MiB | gateway CPU ms/call | its main thread ms/call |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...Object.entries(f.concurrency_32).map(
       ([key, r]) =>
-        `| \`${key}\` | ${r.rows_per_s} | ${r.share_of_raw} | ${r.latency.p50 ?? '-'} | ${r.latency.p99 ?? '-'} | ${r.gpu_utilization_percent ?? '-'} | ${r.gpu_memory_used_mib ?? '-'} |`,
+        `| \`${key}\` | ${r.rows_per_s} | ${r.share_of_raw} | ${r.latency.p50 ?? '-'} | ${r.latency.p99 ?? '-'} | ${r.gpu_utilization_percent ?? '-'} | ${r.gpu_memory_used_mib ?? '-'} | ${r.gateway_cpu_ms_per_call ?? '-'} | ${r.gateway_main_ms_per_call ?? '-'} |`,
     ),
     '',
     ...(memory ? [`Workers' GPU memory (\`/metrics\`): ${memory}.`, ''] : []),

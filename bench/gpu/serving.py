@@ -381,7 +381,19 @@ def load_worker(args: tuple) -> tuple[int, list[float]]:
     return sum(done), latencies
 
 
-def concurrent(form: str, port: int, model: str, npy: str, seconds: float) -> dict[str, Any]:
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """CPU seconds (user + system) of a process, or of one of its threads, from /proc."""
+    stat = Path(f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()  # the command may hold spaces and parentheses
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def concurrent(
+    form: str, port: int, model: str, npy: str, seconds: float, gateway: int
+) -> dict[str, Any]:
+    """Closed-loop clients for ``seconds``; with the CPU per call of the gateway process
+    ``gateway`` and of its main thread (JavaScript: every request passes through it, so
+    1000 / its ms per call bounds one gateway's calls per second)."""
     start_at = time.time() + 3.0  # sessions and regions set up, every loop warm
     end_at = start_at + seconds
     sampler = GpuSampler()
@@ -390,15 +402,22 @@ def concurrent(form: str, port: int, model: str, npy: str, seconds: float) -> di
         pending = pool.map_async(load_worker, jobs)
         time.sleep(max(0.0, start_at - time.time()))
         sampler.start()
+        cpu_before = cpu_seconds(gateway), cpu_seconds(gateway, gateway)
         results = pending.get(timeout=seconds + 300)
+        cpu_after = cpu_seconds(gateway), cpu_seconds(gateway, gateway)
         sampler.stop()
     calls = sum(r[0] for r in results)
     latencies = [ms for r in results for ms in r[1]]
+    per_call = [
+        round((b - a) * 1000 / calls, 4) if calls else None for a, b in zip(cpu_before, cpu_after)
+    ]
     return {
         "rows_per_s": round(calls / seconds, 1),
         "latency": distribution(latencies),
         "gpu_utilization_percent": sampler.mean_utilization(),
         "gpu_memory_used_mib": sampler.max_memory(),
+        "gateway_cpu_ms_per_call": per_call[0],
+        "gateway_main_ms_per_call": per_call[1],
     }
 
 
@@ -554,7 +573,7 @@ def main() -> int:
         for setting in settings:
             for form in ("oip/shm", "oip/binary", "http/path"):
                 print(f"concurrency 32, batching {setting}: {form}", file=sys.stderr)
-                row = concurrent(form, port, batched_name(setting), npy, args.seconds)
+                row = concurrent(form, port, batched_name(setting), npy, args.seconds, server.pid)
                 row["share_of_raw"] = round(row["rows_per_s"] / raw["batch32_rows_per_s"], 3)
                 c32[f"{setting} {form}"] = row
         memory = worker_gpu_memory(port)
