@@ -235,21 +235,23 @@ _PROC_FD = re.compile(r"/proc/\d+/fd/\d+")
 
 
 def read_files(arena: InArena, reads: object) -> None:
-    """Reads the spans the gateway left to the worker (shared-memory regions) into the input arena.
+    """Reads the spans the gateway left to the worker (shared-memory regions, ``.npy`` files)
+    into the input arena.
 
-    ``reads`` is a list of ``{offset, nbytes, path, position, what}``: ``nbytes`` at ``position``
-    of the file at ``path``, a ``/proc/<gateway>/fd/<fd>`` link to a file the gateway holds open
-    until the request is answered, go to ``[offset, offset + nbytes)`` of the arena. Each file is
-    opened once per request and read with ``preadv`` straight into the arena: one copy, in this
-    process, not the gateway's. A file shorter than its span (a client truncated its region) is
-    ``SHARED_MEMORY_OUT_OF_RANGE`` naming the input, as the gateway's own read would say.
+    ``reads`` is a list of ``{offset, nbytes, path, position, what[, code]}``: ``nbytes`` at
+    ``position`` of the file at ``path``, a ``/proc/<gateway>/fd/<fd>`` link to a file the gateway
+    holds open until the request is answered, go to ``[offset, offset + nbytes)`` of the arena.
+    Each file is opened once per request and read with ``preadv`` straight into the arena: one
+    copy, in this process, not the gateway's. A file shorter than its span (a client truncated its
+    region, a ``.npy`` file was rewritten) is the span's ``code`` (``SHARED_MEMORY_OUT_OF_RANGE``
+    unless it says ``BAD_TENSOR``) naming the input, as the gateway's own read would say.
     """
     if not isinstance(reads, list):
         raise WorkerError(BAD_TENSOR, "'reads' must be a list of file spans")
     fds: dict[str, int] = {}
     try:
         for read in reads:
-            path, position, what = _file_span(read)
+            path, position, what, code = _file_span(read)
             view = arena.span(read.get("offset"), read.get("nbytes"))
             if path not in fds:
                 try:
@@ -262,15 +264,20 @@ def read_files(arena: InArena, reads: object) -> None:
                 n = os.preadv(fds[path], [view[done:]], position + done)
                 if n == 0:
                     message = f"{what} ended after {done} of {len(view)} bytes"
-                    raise WorkerError(SHARED_MEMORY_OUT_OF_RANGE, message)
+                    raise WorkerError(code, message)
                 done += n
     finally:
         for fd in fds.values():
             os.close(fd)
 
 
-def _file_span(read: object) -> tuple[str, int, str]:
-    """A file span's path, position and name for errors; BAD_TENSOR when malformed."""
+#: What a span the file no longer holds may be answered with (a region, a file).
+_TRUNCATED_CODES = (SHARED_MEMORY_OUT_OF_RANGE, BAD_TENSOR)
+
+
+def _file_span(read: object) -> tuple[str, int, str, str]:
+    """A file span's path, position, name for errors and code for a file cut short;
+    BAD_TENSOR when malformed."""
     if not isinstance(read, dict):
         raise WorkerError(BAD_TENSOR, f"file span {read!r} is not an object")
     path, position = read.get("path"), read.get("position")
@@ -278,7 +285,10 @@ def _file_span(read: object) -> tuple[str, int, str]:
         raise WorkerError(BAD_TENSOR, f"file span path {path!r} is not /proc/<pid>/fd/<fd>")
     if not _is_int(position) or position < 0:
         raise WorkerError(BAD_TENSOR, f"file span position {position!r} is not a byte offset")
-    return path, position, str(read.get("what", "input"))
+    code = read.get("code", SHARED_MEMORY_OUT_OF_RANGE)
+    if code not in _TRUNCATED_CODES:
+        raise WorkerError(BAD_TENSOR, f"file span code {code!r} is not one of {_TRUNCATED_CODES}")
+    return path, position, str(read.get("what", "input")), str(code)
 
 
 def can_read_parent_files(arena_path: str) -> bool:

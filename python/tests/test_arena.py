@@ -210,7 +210,15 @@ def test_file_spans_land_at_any_byte_offset_of_the_arena(in_file, shm_path):
             SHARED_MEMORY_OUT_OF_RANGE,
             "x ended after 4 of 8 bytes",
         )
-        for bad in ({"path": source}, {"position": -1}, {"offset": 4095, "nbytes": 2}):
+        cut = {"offset": 0, "nbytes": 8, "position": 96, "code": BAD_TENSOR, **span}
+        with pytest.raises(WorkerError) as rewritten:  # a .npy file rewritten since it was checked
+            read_files(arena, [cut])
+        assert (rewritten.value.code, rewritten.value.message) == (
+            BAD_TENSOR,
+            "x ended after 4 of 8 bytes",
+        )
+        malformed = ({"path": source}, {"position": -1}, {"offset": 4095, "nbytes": 2})
+        for bad in (*malformed, {"code": "INFERENCE_FAILED"}):
             span = {"offset": 0, "nbytes": 1, "path": path, "position": 0, "what": "x", **bad}
             with pytest.raises(WorkerError) as refused:
                 read_files(arena, [span])

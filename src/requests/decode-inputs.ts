@@ -248,8 +248,10 @@ function conformToSpec(spec: TensorSpec, tensor: TensorSource): TensorSource {
 /** Errors found only when the bytes are decoded (a stray base64 character) still name the input. */
 function namedFill(source: TensorSource, input: string): TensorSource {
   if (source.data) return source;
+  const file = source.file;
   return {
     ...source,
+    ...(file && !file.what.includes(`"${input}"`) ? { file: { ...file, what: `input "${input}": ${file.what}` } } : {}),
     fill(target) {
       try {
         source.fill(target);

@@ -32,15 +32,20 @@ export interface TensorSource {
 }
 
 /**
- * `byteLength` bytes at `position` in a file that this process holds open for as long as the
- * request runs, named by a path another process of the same user can open: `/proc/<pid>/fd/<fd>`,
- * which reaches the file this process opened, not whatever a name points at by then.
+ * `byteLength` bytes at `position` of a file. Either `path` is `/proc/<pid>/fd/<fd>`, a descriptor
+ * this process holds open for as long as the request runs (a shared-memory region: it reaches the
+ * file opened at registration, not whatever a name points at by then); or, with `open`, `path` is
+ * the file's own path, which the engine opens when it sends the request and closes once answered,
+ * as `fill` would have opened it (a `.npy` file).
  */
 export interface FileSpan {
   readonly path: string;
+  readonly open?: true;
   readonly position: number;
   /** The bytes as an error should name them: `input "x": region "r"`. */
   readonly what: string;
+  /** The error code when the file no longer holds the span (default SHARED_MEMORY_OUT_OF_RANGE). */
+  readonly truncated?: 'BAD_TENSOR' | 'SHARED_MEMORY_OUT_OF_RANGE';
 }
 
 /** A source over bytes already in memory. */

@@ -23,6 +23,8 @@ export function npyFileSource(path: string, fileBytes: number): TensorSource {
     dtype,
     shape,
     byteLength: dataBytes,
+    // A worker may read the data itself: opened by the engine for the request, checked alike.
+    file: { path, open: true, position: dataStart, what: path, truncated: 'BAD_TENSOR' },
     fill(target) {
       let fd: number;
       try {
@@ -82,10 +84,12 @@ function readHead(path: string, fileBytes: number): { layout: TensorLayout; head
 export function fileRowsSource(path: string, layout: TensorLayout, start: number, count: number): TensorSource {
   const rowBytes = layout.shape[0] ? layout.dataBytes / layout.shape[0] : 0;
   const byteLength = rowBytes * count;
+  const position = layout.dataStart + start * rowBytes;
   return {
     dtype: layout.dtype,
     shape: [count, ...layout.shape.slice(1)],
     byteLength,
+    file: { path, open: true, position, what: `${path} rows ${start}-${start + count - 1}`, truncated: 'BAD_TENSOR' },
     fill(target) {
       let fd: number;
       try {
@@ -94,7 +98,7 @@ export function fileRowsSource(path: string, layout: TensorLayout, start: number
         throw tgError('FILE_NOT_FOUND', `${path} was removed before its rows could be read`, { path });
       }
       try {
-        const got = readInto(fd, target.subarray(0, byteLength), layout.dataStart + start * rowBytes);
+        const got = readInto(fd, target.subarray(0, byteLength), position);
         if (got !== byteLength)
           throw tgError('BAD_TENSOR', `${path} changed while its rows were read: ${got} of ${byteLength} bytes`, {
             path,

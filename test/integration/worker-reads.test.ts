@@ -7,19 +7,20 @@ import { defaultConfig } from '../../src/config.js';
 import type { NamedTensor } from '../../src/engines/engine.js';
 import { Gateway, type TensorInferenceResult } from '../../src/gateway.js';
 import { SharedMemoryRegistry } from '../../src/oip/shared-memory.js';
+import { encodeNpy } from '../../src/tensor/npy.js';
 import { type TensorSource, tensorSource } from '../../src/tensor/source.js';
 import { makeTensor, toNumbers } from '../../src/tensor/tensor.js';
 import { ensureTestModels } from '../helpers/models.js';
 
 /**
- * Shared-memory inputs read by the worker itself (TensorSource.file): a real gateway, real torch
- * workers and real /dev/shm regions. The region sources here refuse to be filled by the gateway,
+ * Inputs read by the worker itself (TensorSource.file): a real gateway, real torch workers, real
+ * /dev/shm regions and `.npy` files. The region sources here refuse to be filled by the gateway,
  * so a request only succeeds when the worker read its bytes; batches mix them with rows in memory.
  */
 
 const ROW = 4;
 
-describe('inputs the worker reads from shared memory', { timeout: 300_000 }, () => {
+describe('inputs the worker reads from files itself', { timeout: 300_000 }, () => {
   let gateway: Gateway;
   let work: string;
   const regions = new SharedMemoryRegistry();
@@ -133,6 +134,41 @@ describe('inputs the worker reads from shared memory', { timeout: 300_000 }, () 
     const reason = short.reason as { code: string; message: string };
     assert.equal(reason.code, 'SHARED_MEMORY_OUT_OF_RANGE');
     assert.match(reason.message, /^input "x": region "short" ended after 20 of 32 bytes$/);
+    assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.pids, pids, 'no worker crashed or restarted');
+  });
+
+  it('fails only the .npy input cut short before the worker read it, naming the input', async () => {
+    const rows = (n: number) => new Float32Array(n * ROW).map((_, i) => i - 3.5);
+    const npy = (name: string, n: number) => {
+      const path = join(work, `${name}.npy`);
+      writeFileSync(path, encodeNpy({ dtype: 'float32', shape: [n, ROW], data: new Uint8Array(rows(n).buffer) }));
+      return path;
+    };
+    // Large enough that the gateway reads the data only when the batch goes (a small file comes in whole).
+    const whole = npy('whole', 512);
+    const short = npy('short', 512);
+    const pids = gateway.poolStats('sleepy-batched', '1')?.pids;
+    const [answered, cut] = await Promise.allSettled([
+      gateway.infer({ model: 'sleepy-batched', inputs: { x: { path: whole } } }),
+      (async () => {
+        const call = gateway.infer({ model: 'sleepy-batched', inputs: { x: { path: short } } });
+        // Decoded (header checked, size exact) at once; read when the batch goes, 300 ms later.
+        await new Promise((r) => setTimeout(r, 50));
+        truncateSync(short, 128 + 100);
+        return call;
+      })(),
+    ]);
+    assert.equal(answered.status, 'fulfilled');
+    const out = gateway.store.get(answered.value.outputs[0]?.uri as string).tensor;
+    assert.deepEqual(
+      [...toNumbers(out)],
+      [...rows(512)].map((v) => v * 2),
+    );
+    assert.equal(cut.status, 'rejected');
+    const reason = cut.reason as { code: string; message: string };
+    assert.equal(reason.code, 'BAD_TENSOR');
+    // The worker's words: it read the span, through the descriptor the gateway opened for it.
+    assert.match(reason.message, new RegExp(`^input "x": ${short} ended after 100 of 8192 bytes$`));
     assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.pids, pids, 'no worker crashed or restarted');
   });
 });

@@ -24,7 +24,8 @@ export type TensorHeader = z.infer<typeof TensorHeaderSchema>;
 /**
  * Bytes the worker reads into the input arena itself before it views the inputs: `nbytes` at
  * `position` of the file at `path` (a `/proc/<gateway pid>/fd/<fd>` link the gateway holds open),
- * into `[offset, offset + nbytes)` of the arena. `what` names them in an error.
+ * into `[offset, offset + nbytes)` of the arena. `what` names them in an error, and `code` is the
+ * error when the file holds fewer bytes by then (default SHARED_MEMORY_OUT_OF_RANGE).
  */
 export interface FileRead {
   offset: number;
@@ -32,6 +33,7 @@ export interface FileRead {
   path: string;
   position: number;
   what: string;
+  code?: 'BAD_TENSOR' | 'SHARED_MEMORY_OUT_OF_RANGE';
 }
 
 export const HelloSchema = z.object({

@@ -1,7 +1,8 @@
+import { closeSync, openSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
-import type { TensorSource } from '../../tensor/source.js';
+import type { FileSpan, TensorSource } from '../../tensor/source.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
   EngineInstance,
@@ -19,9 +20,10 @@ import { WorkerProcess } from './worker-process.js';
 /**
  * One model version loaded in one Python worker. Inputs are copied once into the input arena, the
  * worker views them in place, and outputs are copied once out of the output arena and released.
- * Inputs that lie in a file the gateway holds open (a shared-memory region) are read into the
- * arena by the worker itself, when it can open the gateway's descriptors: their bytes then never
- * pass through the gateway's thread, which serves every request of the process.
+ * Inputs that lie in a file (a shared-memory region, a `.npy` file) are read into the arena by the
+ * worker itself, through a descriptor the gateway holds for the request, when the worker can open
+ * the gateway's descriptors: their bytes then never pass through the gateway's thread, which
+ * serves every request of the process.
  */
 
 let instanceCounter = 0;
@@ -107,7 +109,7 @@ export class TorchInstance implements EngineInstance {
 
     const t0 = performance.now();
     const headers: TensorHeader[] = [];
-    const reads: FileRead[] = [];
+    const spans: Spans = { reads: [], opened: [] };
     let fillMs = 0;
     try {
       for (const { name, tensor } of request.inputs) {
@@ -127,7 +129,7 @@ export class TorchInstance implements EngineInstance {
         const slot = arenaIn.reserve(tensor.byteLength);
         headers.push(header(slot.offset)); // before the fill, so that a failed fill is released too
         const fillStart = performance.now();
-        this.place(tensor, slot.view, slot.offset, reads);
+        this.place(tensor, slot.view, slot.offset, spans);
         slot.commit();
         fillMs += performance.now() - fillStart;
       }
@@ -140,7 +142,7 @@ export class TorchInstance implements EngineInstance {
         raw = await worker.request('infer', {
           inputs: headers,
           parameters: { precision: request.precision },
-          ...(reads.length > 0 ? { reads } : {}),
+          ...(spans.reads.length > 0 ? { reads: spans.reads } : {}),
           ...(release.length > 0 ? { release } : {}),
         });
       } finally {
@@ -176,23 +178,33 @@ export class TorchInstance implements EngineInstance {
       };
     } finally {
       for (const h of headers) arenaIn.release(h.offset);
+      for (const fd of spans.opened) closeSync(fd);
     }
   }
 
   /**
    * Writes `source` into `view`, the arena slot at `offset`, except the spans the worker can read
-   * itself (a file, or the file parts of a batch), which are added to `reads` instead.
+   * itself (a file, or the file parts of a batch), which are added to `spans.reads` instead.
    */
-  private place(source: TensorSource, view: Buffer, offset: number, reads: FileRead[]): void {
-    if (this.workerReadsFiles && source.file) {
-      const { path, position, what } = source.file;
-      reads.push({ offset, nbytes: source.byteLength, path, position, what });
+  private place(source: TensorSource, view: Buffer, offset: number, spans: Spans): void {
+    const file = source.file;
+    if (this.workerReadsFiles && file) {
+      const { position, what, truncated } = file;
+      const path = file.open ? openForRequest(file, spans.opened) : file.path;
+      spans.reads.push({
+        offset,
+        nbytes: source.byteLength,
+        path,
+        position,
+        what,
+        ...(truncated ? { code: truncated } : {}),
+      });
       return;
     }
     if (this.workerReadsFiles && source.parts) {
       let at = 0;
       for (const part of source.parts) {
-        this.place(part, view.subarray(at, at + part.byteLength), offset + at, reads);
+        this.place(part, view.subarray(at, at + part.byteLength), offset + at, spans);
         at += part.byteLength;
       }
       return;
@@ -242,6 +254,24 @@ export class TorchInstance implements EngineInstance {
     this.arenaOut?.close();
     if (!this.closing) for (const listener of this.crashListeners) listener(err);
   }
+}
+
+/** What the worker reads itself, and the descriptors opened for it until the answer. */
+interface Spans {
+  reads: FileRead[];
+  opened: number[];
+}
+
+/** Opens a span's file by its path for this request: the worker reads it through the descriptor. */
+function openForRequest(file: FileSpan, opened: number[]): string {
+  let fd: number;
+  try {
+    fd = openSync(file.path, 'r');
+  } catch {
+    throw tgError('FILE_NOT_FOUND', `${file.what} was removed before it could be read`, { path: file.path });
+  }
+  opened.push(fd);
+  return `/proc/${process.pid}/fd/${fd}`;
 }
 
 function specBytes(dtype: Parameters<typeof byteLength>[0], shape: number[]): number {
