@@ -16,8 +16,9 @@
  * closed loop, and `half` with one client; every scenario in every round, interleaved so that
  * drift of the machine hits all alike. The shipped gateway also serves `channel-mean-batched`
  * (batches of up to 32, 2 ms delay) to `--wide` clients, as the GPU benchmark's concurrency-32
- * figures do: the tensor in the body (`batched-binary`) and in a system shared-memory region
- * (`batched-shm`). Besides the gateway's CPU per call, its main thread's: the JavaScript thread
+ * figures do: the tensor in the body (`batched-binary`), in a system shared-memory region
+ * (`batched-shm`), and as a `.npy` path over MCP Streamable HTTP, a session per client
+ * (`batched-mcp-path`). Besides the gateway's CPU per call, its main thread's: the JavaScript thread
  * every request passes through, whose CPU per call bounds one gateway's calls per second. The gateways' garbage collection over each scenario comes
  * from their /metrics (`nodejs_gc_duration_seconds`). The baseline is each model's raw forward in one Python
  * process on the same input (bench/mcp-overhead/baseline.py). `--server-root` serves from another
@@ -167,6 +168,19 @@ async function main(): Promise<void> {
     wide,
   );
   process.once('exit', shm.cleanup); // the regions' files, however the run ends
+  // Over MCP Streamable HTTP by path, as agents call it: one session per client.
+  const sessions = await Promise.all(Array.from({ length: wide }, () => McpConnection.attach(`${shipped.base}/mcp`)));
+  const batchedMcpPath: Scenario = {
+    name: `batched-mcp-path/c${wide}`,
+    gateway: shipped,
+    model: 'channel-mean-batched',
+    concurrency: wide,
+    call: (client) =>
+      (sessions[client] as McpConnection).callTool('infer', {
+        model: 'channel-mean-batched',
+        inputs: { image: { path: npy } },
+      }),
+  };
   const batchedShm: Scenario = {
     name: `batched-shm/c${wide}`,
     gateway: shipped,
@@ -189,7 +203,9 @@ async function main(): Promise<void> {
     oip(gateway, 'half', 1),
     mcp(gateway, 'b64', { b64, shape: SHAPE, dtype: 'float32' }),
     mcp(gateway, 'path', { path: npy }),
-    ...(gateway === shipped ? [oip(gateway, 'channel-mean-batched', wide, `batched-binary/c${wide}`), batchedShm] : []),
+    ...(gateway === shipped
+      ? [oip(gateway, 'channel-mean-batched', wide, `batched-binary/c${wide}`), batchedShm, batchedMcpPath]
+      : []),
   ]);
   const key = (s: Scenario) => `${s.gateway.name} ${s.name}`;
   interface Measured {
@@ -292,7 +308,11 @@ async function main(): Promise<void> {
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   process.stderr.write(`wrote ${out}\n`);
-  await Promise.all([...Object.values(baselines).map((b) => b.close()), ...gateways.map((g) => g.mcp.close())]);
+  await Promise.all([
+    ...Object.values(baselines).map((b) => b.close()),
+    ...gateways.map((g) => g.mcp.close()),
+    ...sessions.map((m) => m.close()),
+  ]);
   await Promise.all(children.map((c) => stopProcess(c)));
 }
 
