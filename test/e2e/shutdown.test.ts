@@ -5,8 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { defaultConfig } from '../../src/config.js';
-import { Gateway } from '../../src/gateway.js';
+import { openGateway } from '../helpers/gateway.js';
 import { waitForUrl } from '../helpers/mcp.js';
 import { ensureTestModels, ROOT } from '../helpers/models.js';
 
@@ -64,11 +63,7 @@ describe('stopping the server', { timeout: 120_000 }, () => {
     await exited;
     assert.ok(arenasOf(pid).length > 0, 'a killed server cannot clean up');
     const work = mkdtempSync(join(tmpdir(), 'tg-sweep-'));
-    const next = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-    });
+    const next = await openGateway(work);
     assert.deepEqual(arenasOf(pid), []);
     await next.close();
     assert.ok(existsSync('/dev/shm'));

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { defaultConfig } from '../../src/config.js';
-import { Gateway } from '../../src/gateway.js';
+import type { Gateway } from '../../src/gateway.js';
 import { toNumbers } from '../../src/tensor/tensor.js';
+import { modelCopy, openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 
 /**
@@ -25,14 +25,10 @@ describe('dynamic batching', { timeout: 300_000 }, () => {
     batching: Record<string, unknown>,
     edit?: (c: Record<string, unknown>) => void,
   ) {
-    const dir = join(work, name);
-    cpSync(join(models, fixture), dir, { recursive: true });
-    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    config.name = name;
-    config.batching = batching;
-    edit?.(config);
-    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
-    return dir;
+    return modelCopy(models, fixture, work, name, (config) => {
+      config.batching = batching;
+      edit?.(config);
+    });
   }
 
   const values = (uri: string) => [...toNumbers(gateway.store.get(uri).tensor)];
@@ -40,11 +36,7 @@ describe('dynamic batching', { timeout: 300_000 }, () => {
   before(async () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-batch-'));
-    gateway = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-    });
+    gateway = await openGateway(work);
     await gateway.register(
       withBatching('sleepy', 'sleepy-batched', { max_batch_size: 8, max_queue_delay_us: 200_000 }),
     );

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { defaultConfig } from '../../src/config.js';
-import { Gateway } from '../../src/gateway.js';
+import type { Gateway } from '../../src/gateway.js';
 import { toNumbers } from '../../src/tensor/tensor.js';
+import { modelCopy, openGateway } from '../helpers/gateway.js';
 import { ensureTestModels, PYTHON } from '../helpers/models.js';
 import { workerPids } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
@@ -21,26 +21,15 @@ describe('faults', { timeout: 300_000 }, () => {
   let models: string;
   let work: string;
 
-  function variant(fixture: string, name: string, edit: (c: Record<string, unknown>) => void): string {
-    const dir = join(work, name);
-    cpSync(join(models, fixture), dir, { recursive: true });
-    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    config.name = name;
-    edit(config);
-    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
-    return dir;
-  }
+  const variant = (fixture: string, name: string, edit: (c: Record<string, unknown>) => void) =>
+    modelCopy(models, fixture, work, name, edit);
 
   const x = [[1, 2, 3, 4]];
 
   before(async () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-faults-'));
-    gateway = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-    });
+    gateway = await openGateway(work);
     await gateway.register(variant('sleepy', 'sleepy-q2', (c) => Object.assign(c, { max_queue_size: 2 })));
     await gateway.register(variant('sleepy', 'sleepy-idem', (c) => Object.assign(c, { idempotent: true })));
   });
@@ -214,11 +203,7 @@ describe('shutdown', { timeout: 120_000 }, () => {
   it('finishes running requests within the grace period, then leaves no shared memory behind', async () => {
     const models = ensureTestModels();
     const work = mkdtempSync(join(tmpdir(), 'tg-stop-'));
-    const gateway = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-    });
+    const gateway = await openGateway(work);
     await gateway.register(join(models, 'sleepy'));
     const running = gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } });
     const queued = gateway.infer({ model: 'sleepy', inputs: { x: [[5, 6, 7, 8]] } });

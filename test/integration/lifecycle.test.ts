@@ -3,8 +3,8 @@ import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { defaultConfig } from '../../src/config.js';
-import { Gateway } from '../../src/gateway.js';
+import type { Gateway } from '../../src/gateway.js';
+import { openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 
 /** Model lifecycle with real workers: on-demand loading, load/unload, and the memory budget. */
@@ -32,12 +32,7 @@ describe('model lifecycle', { timeout: 300_000 }, () => {
   before(async () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-life2-'));
-    gateway = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-      memoryBudgetMb: 1000,
-    });
+    gateway = await openGateway(work, { memoryBudgetMb: 1000 });
   });
 
   after(async () => {

@@ -4,9 +4,9 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { defaultConfig } from '../../src/config.js';
-import { Gateway } from '../../src/gateway.js';
+import type { Gateway } from '../../src/gateway.js';
 import { tensorSource } from '../../src/tensor/source.js';
+import { openGateway } from '../helpers/gateway.js';
 import { PYTHON } from '../helpers/models.js';
 
 /**
@@ -42,11 +42,7 @@ torch.onnx.export(m, (torch.zeros(2, 1024),), ${JSON.stringify(join(dir, '1', 'm
         versions: { '1': { format: 'onnx', file: 'model.onnx' } },
       }),
     );
-    gateway = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-    });
+    gateway = await openGateway(work);
     await gateway.register(dir);
   });
 

@@ -3,9 +3,9 @@ import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { defaultConfig } from '../../src/config.js';
 import { eventLoopSpin } from '../../src/engines/torch/loop-spin.js';
-import { Gateway } from '../../src/gateway.js';
+import type { Gateway } from '../../src/gateway.js';
+import { openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 import { processState, workerPids } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
@@ -26,10 +26,7 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-life-'));
     writeFileSync('/dev/shm/tensorgate-999999999-stale-in', 'left by a dead gateway');
-    gateway = await Gateway.open(
-      { ...defaultConfig(work), registry: join(work, 'r.db'), modelsDir: join(work, 'none') },
-      (line) => process.stderr.write(`${line}\n`),
-    );
+    gateway = await openGateway(work, {}, (line) => process.stderr.write(`${line}\n`));
   });
 
   after(async () => {

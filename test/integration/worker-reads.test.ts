@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { defaultConfig } from '../../src/config.js';
 import type { NamedTensor } from '../../src/engines/engine.js';
-import { Gateway, type TensorInferenceResult } from '../../src/gateway.js';
+import type { Gateway, TensorInferenceResult } from '../../src/gateway.js';
 import { SharedMemoryRegistry } from '../../src/oip/shared-memory.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
 import { type TensorSource, tensorSource } from '../../src/tensor/source.js';
 import { makeTensor, toNumbers } from '../../src/tensor/tensor.js';
+import { modelCopy, openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 
 /**
@@ -58,19 +58,13 @@ describe('inputs the worker reads from files itself', { timeout: 300_000 }, () =
   before(async () => {
     const models = ensureTestModels();
     work = mkdtempSync(join(tmpdir(), 'tg-reads-'));
+    gateway = await openGateway(work);
     // sleepy answers x * 2; a 300 ms delay makes concurrent calls one batch.
-    const dir = join(work, 'sleepy-batched');
-    cpSync(join(models, 'sleepy'), dir, { recursive: true });
-    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    config.name = 'sleepy-batched';
-    config.batching = { max_batch_size: 8, max_queue_delay_us: 300_000, adaptive_delay: false };
-    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
-    gateway = await Gateway.open({
-      ...defaultConfig(work),
-      registry: join(work, 'r.db'),
-      modelsDir: join(work, 'none'),
-    });
-    await gateway.register(dir);
+    await gateway.register(
+      modelCopy(models, 'sleepy', work, 'sleepy-batched', (c) => {
+        c.batching = { max_batch_size: 8, max_queue_delay_us: 300_000, adaptive_delay: false };
+      }),
+    );
   });
 
   after(async () => {
