@@ -82,7 +82,8 @@ export const ERROR_CODES = {
   },
   SHARED_MEMORY_OUT_OF_RANGE: {
     status: 400,
-    summary: 'An offset and size reach outside the shared-memory region, or a tensor does not fit the space given.',
+    summary:
+      "An offset and size reach outside the shared-memory region, or a tensor does not fit the space given, or the region's object was cut shorter than registered before the request's input was read (only that request fails, not those batched with it).",
   },
   SHARED_MEMORY_IN_USE: { status: 409, summary: 'A shared-memory region of that name is already registered.' },
   INVALID_CONFIG: { status: 400, summary: 'A model config does not match the model repository schema.' },
