@@ -84,6 +84,13 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _byte_count(nbytes: object) -> int:
+    """``nbytes`` when it is a byte count; BAD_TENSOR otherwise."""
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+        raise WorkerError(BAD_TENSOR, f"nbytes {nbytes!r} is not a byte count")
+    return nbytes
+
+
 def numel_of(shape: object) -> int:
     """Elements in a wire shape; BAD_TENSOR unless it is a list of non-negative integers."""
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
@@ -189,24 +196,23 @@ class InArena:
 
     def view(self, offset: object, nbytes: object) -> memoryview:
         """A zero-copy view of ``[offset, offset + nbytes)`` (a BYTES tensor's serialised items)."""
-        if not _is_int(nbytes) or nbytes < 0:
-            raise WorkerError(BAD_TENSOR, f"nbytes {nbytes!r} is not a byte count")
-        self._check_range(offset, nbytes)
-        if self._map is None:
-            return memoryview(b"")
-        return memoryview(self._map)[offset : offset + nbytes]  # type: ignore[operator]
+        count = _byte_count(nbytes)
+        self._check_range(offset, count)
+        return self._slice(offset, count)  # type: ignore[arg-type]
 
     def span(self, offset: object, nbytes: object) -> memoryview:
         """A writable view of ``[offset, offset + nbytes)`` at any byte offset: where a part of a
         batched tensor is read into its rows (``read_files``)."""
-        if not _is_int(nbytes) or nbytes < 0:
-            raise WorkerError(BAD_TENSOR, f"nbytes {nbytes!r} is not a byte count")
-        if not _is_int(offset) or offset < 0:
+        count = _byte_count(nbytes)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise WorkerError(BAD_TENSOR, f"offset {offset!r} is not a byte offset")
-        self._check_end(offset, nbytes)
+        self._check_end(offset, count)
+        return self._slice(offset, count)
+
+    def _slice(self, offset: int, nbytes: int) -> memoryview:
         if self._map is None:
             return memoryview(bytearray())
-        return memoryview(self._map)[offset : offset + nbytes]  # type: ignore[operator]
+        return memoryview(self._map)[offset : offset + nbytes]
 
     def _check_range(self, offset: object, nbytes: int) -> None:
         if not _is_int(offset) or offset < 0 or offset % ALIGN:
