@@ -43,7 +43,7 @@ import type { ModelPool } from './scheduler/model-pool.js';
 import type { VariantChoice, VariantRoute, VersionVariants } from './scheduler/version-variants.js';
 import { AccessControl } from './security/rbac.js';
 import { roundSignificant } from './tensor/number-format.js';
-import type { TensorSource } from './tensor/source.js';
+import type { OutputSink, TensorSource } from './tensor/source.js';
 import { TensorStore } from './tensor/store.js';
 import { numel } from './tensor/tensor.js';
 import { TrainingControl } from './training/training-control.js';
@@ -128,6 +128,11 @@ export interface TensorInferenceRequest {
   /** Inputs by name, already decoded by the adapter. */
   inputs: Map<string, TensorSource>;
   form: InputForm;
+  /**
+   * Files the adapter wants outputs in (OIP shared-memory regions): a worker that can writes them
+   * itself and marks them `written`; the adapter writes the rest from the result.
+   */
+  sinks?: readonly OutputSink[];
 }
 
 export interface TensorInferenceResult {
@@ -694,7 +699,13 @@ export class Gateway {
 
   /** decode -> queue -> engine, timed; what every inference adapter shares. */
   private async execute(
-    request: { model: string; version?: string; request_id?: string; parameters?: Record<string, unknown> },
+    request: {
+      model: string;
+      version?: string;
+      request_id?: string;
+      parameters?: Record<string, unknown>;
+      sinks?: readonly OutputSink[];
+    },
     { signal, adapter }: InferOptions,
     decode: (config: ModelConfig) => DecodedInput[],
   ) {
@@ -724,8 +735,9 @@ export class Gateway {
       decodeStart = performance.now();
       inputs = decode(config);
       decodeMs = performance.now() - decodeStart;
+      const sinks = request.sinks?.map((sink) => ({ sink, row: 0 }));
       response = await route.pool.infer(
-        { inputs, precision: parameters.precision },
+        { inputs, precision: parameters.precision, ...(sinks?.length ? { sinks } : {}) },
         { timeoutMs, signal, background: adapter === 'job' },
       );
     } catch (err) {

@@ -18,7 +18,8 @@
  * (batches of up to 32, 2 ms delay) to `--wide` clients, as the GPU benchmark's concurrency-32
  * figures do: the tensor in the body (`batched-binary`), in a system shared-memory region
  * (`batched-shm`), and as a `.npy` path over MCP Streamable HTTP, a session per client
- * (`batched-mcp-path`). Besides the gateway's CPU per call, its main thread's: the JavaScript thread
+ * (`batched-mcp-path`). `half-shm` is `half` to one client through system shared-memory regions
+ * both ways (the worker reads the input and writes the output there itself). Besides the gateway's CPU per call, its main thread's: the JavaScript thread
  * every request passes through, whose CPU per call bounds one gateway's calls per second. The gateways' garbage collection over each scenario comes
  * from their /metrics (`nodejs_gc_duration_seconds`). The baseline is each model's raw forward in one Python
  * process on the same input (bench/mcp-overhead/baseline.py). `--server-root` serves from another
@@ -166,7 +167,19 @@ async function main(): Promise<void> {
     input,
     wide,
   );
-  process.once('exit', shm.cleanup); // the regions' files, however the run ends
+  // `half` to one client through regions both ways: 602 KB in, 602 KB out, no body.
+  const halfShm = await sharedMemoryRequests(
+    shipped.base,
+    'halfshm',
+    { input: 'image', output: MODELS.half.output, shape: SHAPE, outputBytes: MODELS.half.outputBytes },
+    input,
+    1,
+  );
+  process.once('exit', () => {
+    // the regions' files, however the run ends
+    shm.cleanup();
+    halfShm.cleanup();
+  });
   // Over MCP Streamable HTTP by path, as agents call it: one session per client.
   const sessions = await Promise.all(Array.from({ length: wide }, () => McpConnection.attach(`${shipped.base}/mcp`)));
   const batchedMcpPath: Scenario = {
@@ -187,6 +200,13 @@ async function main(): Promise<void> {
     concurrency: wide,
     call: (client) => post(shipped.base, '/v2/models/channel-mean-batched/infer', shm.requests[client] as never),
   };
+  const halfInShm: Scenario = {
+    name: 'half-shm/c1',
+    gateway: shipped,
+    model: 'half',
+    concurrency: 1,
+    call: () => post(shipped.base, '/v2/models/half/infer', halfShm.requests[0] as never),
+  };
   // What an agent sends over MCP: the tensor inline as base64, or the path of a .npy file.
   const b64 = Buffer.from(input.buffer).toString('base64');
   const mcp = (gateway: Gateway, form: string, image: Record<string, unknown>): Scenario => ({
@@ -203,7 +223,7 @@ async function main(): Promise<void> {
     mcp(gateway, 'b64', { b64, shape: SHAPE, dtype: 'float32' }),
     mcp(gateway, 'path', { path: npy }),
     ...(gateway === shipped
-      ? [oip(gateway, 'channel-mean-batched', wide, `batched-binary/c${wide}`), batchedShm, batchedMcpPath]
+      ? [halfInShm, oip(gateway, 'channel-mean-batched', wide, `batched-binary/c${wide}`), batchedShm, batchedMcpPath]
       : []),
   ]);
   const key = (s: Scenario) => `${s.gateway.name} ${s.name}`;

@@ -19,6 +19,7 @@ import logging
 import mmap
 import os
 import re
+from typing import Any
 
 import torch
 
@@ -297,6 +298,87 @@ def _file_span(read: object) -> tuple[str, int, str, str]:
     return path, position, str(read.get("what", "input")), str(code)
 
 
+def write_files(
+    arena: OutArena, outputs: dict[str, tuple[int, int, list[int]]], writes: object
+) -> list[int]:
+    """Copies output rows the gateway asked for from the output arena straight into files (a
+    client's shared-memory regions), so that their bytes never pass through the gateway's thread;
+    returns the indices of the writes done.
+
+    ``outputs`` maps each output's name to its arena slot ``(offset, nbytes, shape)``. ``writes``
+    is a list of ``{output, row[, rows], path, position, capacity}``: rows ``[row, row + rows)``
+    of the output (all from ``row`` when ``rows`` is absent; a batch member's rows) go to
+    ``position`` of the file at ``path``, a ``/proc/<gateway>/fd/<fd>`` link as for
+    ``read_files``, if they fit in ``capacity`` bytes. A write that cannot be done (an output too
+    large for its space, a file shorter than the span, a file this process may not write) is
+    left out, not failed: the gateway writes that output itself and answers as it always has.
+    Nothing is written past a file's end, so a region is never grown.
+    """
+    if not isinstance(writes, list):
+        raise WorkerError(BAD_TENSOR, "'writes' must be a list of file spans")
+    done: list[int] = []
+    fds: dict[str, int | None] = {}
+    try:
+        for index, write in enumerate(writes):
+            path, position, _, _ = _file_span(write)
+            name, row, rows, capacity = _write_target(write)
+            slot = outputs.get(name)
+            if slot is None:
+                continue
+            offset, nbytes, shape = slot
+            total = shape[0] if shape else 0
+            if rows is None:
+                rows = total - row
+            if total <= 0 or rows < 0 or row + rows > total:
+                continue
+            row_bytes = nbytes // total
+            size = rows * row_bytes
+            if size > capacity:
+                continue
+            if path not in fds:
+                try:
+                    fds[path] = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                except OSError:
+                    fds[path] = None
+            fd = fds[path]
+            if fd is None or os.fstat(fd).st_size < position + size:
+                continue
+            view = arena.span(offset + row * row_bytes, size)
+            try:
+                written = 0
+                while written < size:
+                    written += os.pwritev(fd, [view[written:]], position + written)
+            except OSError:
+                continue
+            finally:
+                view.release()
+            done.append(index)
+    finally:
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)
+    return done
+
+
+def _write_target(write: dict[str, Any]) -> tuple[str, int, int | None, int]:
+    """A write's output name, first row, row count (None: to the end) and capacity;
+    BAD_TENSOR when malformed."""
+    name, row, rows, capacity = (
+        write.get("output"),
+        write.get("row", 0),
+        write.get("rows"),
+        write.get("capacity"),
+    )
+    if not isinstance(name, str):
+        raise WorkerError(BAD_TENSOR, f"file write output {name!r} is not an output name")
+    for label, value in (("row", row), ("capacity", capacity), ("rows", rows)):
+        if value is not None and not (_is_int(value) and value >= 0):
+            raise WorkerError(BAD_TENSOR, f"file write {label} {value!r} is not a count")
+    if capacity is None:
+        raise WorkerError(BAD_TENSOR, "file write needs a capacity")
+    return name, row, rows, capacity
+
+
 def can_read_parent_files(arena_path: str) -> bool:
     """Whether this worker may open its gateway's descriptors through /proc: it tries on the
     input arena, which the gateway holds open. Same user, /proc mounted and no ptrace rule
@@ -361,6 +443,12 @@ class OutArena:
         if numel == 0:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(self._map, dtype=dtype, count=numel, offset=offset).view(shape)
+
+    def span(self, offset: int, nbytes: int) -> memoryview:
+        """The bytes of ``[offset, offset + nbytes)`` of the mapping (a slot, or rows of one)."""
+        if self._map is None or offset < 0 or offset + nbytes > len(self._map):
+            raise WorkerError(INFERENCE_FAILED, f"{nbytes} bytes at {offset} are not in the arena")
+        return memoryview(self._map)[offset : offset + nbytes]
 
     def write(self, tensor: torch.Tensor, dtype: torch.dtype) -> tuple[int, int]:
         """Copies ``tensor`` (any device, layout or dtype) into a new slot as C-contiguous

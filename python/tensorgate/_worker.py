@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from . import _protocol
-from ._arena import InArena, OutArena, can_read_parent_files, read_files
+from ._arena import InArena, OutArena, can_read_parent_files, read_files, write_files
 from ._dtypes import NAMES, to_torch
 from ._errors import (
     BAD_PARAMETER,
@@ -258,6 +258,17 @@ class Worker:
                 )
             # The outputs' device-to-host copies were queued (arena.write): one wait for all.
             runner.sync()
+            t3 = time.perf_counter()
+            writes = message.get("writes")
+            files_written = (
+                None
+                if writes is None
+                else write_files(
+                    self.arena_out,
+                    {e["name"]: (e["offset"], e["nbytes"], e["shape"]) for e in written},
+                    writes,
+                )
+            )
         except BaseException:
             # No queued copy may land in a slot after it is freed and handed out again.
             with contextlib.suppress(Exception):
@@ -265,9 +276,10 @@ class Worker:
             for entry in written:
                 self.arena_out.release(entry["offset"])
             raise
-        t3 = time.perf_counter()
+        t4 = time.perf_counter()
         return {
             "outputs": written,
+            **({"written": files_written} if files_written is not None else {}),
             **({"answers": answers} if answers is not None else {}),
             **(
                 {"geometry": {k: [g.json() for g in v] for k, v in geometry.items()}}
@@ -281,6 +293,7 @@ class Worker:
                 **({"preprocess_ms": preprocess_ms} if self.processing is not None else {}),
                 **({"postprocess_ms": _ms(t2, t_post)} if answers is not None else {}),
                 **({"read_ms": read_ms} if reads is not None else {}),
+                **({"write_ms": _ms(t3, t4)} if files_written is not None else {}),
             },
         }
 

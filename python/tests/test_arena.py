@@ -7,7 +7,15 @@ import os
 import pytest
 import torch
 
-from tensorgate._arena import ALIGN, FreeList, InArena, OutArena, can_read_parent_files, read_files
+from tensorgate._arena import (
+    ALIGN,
+    FreeList,
+    InArena,
+    OutArena,
+    can_read_parent_files,
+    read_files,
+    write_files,
+)
 from tensorgate._dtypes import DTYPES, ITEMSIZE
 from tensorgate._errors import BAD_TENSOR, SHARED_MEMORY_OUT_OF_RANGE, WorkerError
 
@@ -223,6 +231,61 @@ def test_file_spans_land_at_any_byte_offset_of_the_arena(in_file, shm_path):
             with pytest.raises(WorkerError) as refused:
                 read_files(arena, [span])
             assert refused.value.code == BAD_TENSOR, bad
+    finally:
+        os.close(fd)
+        arena.close()
+
+
+def test_output_rows_are_written_into_files_where_they_fit(shm_path):
+    """A batch's output rows go to each member's file span; what cannot be written is left out,
+    never failed, and never grows a file."""
+    arena = OutArena(shm_path("out"), 4096)
+    region = shm_path("region")
+    with open(region, "wb") as f:
+        f.write(b"\xee" * 64)
+    fd = os.open(region, os.O_RDWR)
+    try:
+        rows = torch.arange(12, dtype=torch.float32).reshape(4, 3)  # 12 bytes a row
+        offset, nbytes = arena.write(rows, torch.float32)
+        outputs = {"y": (offset, nbytes, [4, 3])}
+        span = {"output": "y", "path": f"/proc/{os.getpid()}/fd/{fd}"}
+        done = write_files(
+            arena,
+            outputs,
+            [
+                {**span, "row": 1, "rows": 2, "position": 4, "capacity": 24},
+                {**span, "row": 3, "position": 40, "capacity": 12},  # rows: to the end
+                # Left out: too small for its rows, past the file's end, a file that cannot be
+                # opened, an output that does not exist, rows the output does not have.
+                {**span, "row": 0, "rows": 1, "position": 0, "capacity": 8},
+                {**span, "row": 0, "rows": 1, "position": 60, "capacity": 12},
+                {
+                    **span,
+                    "row": 0,
+                    "path": f"/proc/{os.getpid()}/fd/999999",
+                    "position": 0,
+                    "capacity": 64,
+                },
+                {**span, "output": "z", "row": 0, "position": 0, "capacity": 64},
+                {**span, "row": 3, "rows": 2, "position": 0, "capacity": 64},
+            ],
+        )
+        assert done == [0, 1]
+        with open(region, "rb") as f:
+            written = f.read()
+        assert written[4:28] == tensor_bytes(rows[1:3])
+        assert written[40:52] == tensor_bytes(rows[3:4])
+        untouched = written[:4] + written[28:40] + written[52:]
+        assert untouched == b"\xee" * 28  # and nothing grew the file
+        for bad in ({"output": 3}, {"row": -1}, {"rows": "all"}, {"capacity": None}):
+            with pytest.raises(WorkerError) as refused:
+                write_files(
+                    arena, outputs, [{**span, "row": 0, "position": 0, "capacity": 12, **bad}]
+                )
+            assert refused.value.code == BAD_TENSOR, bad
+        with pytest.raises(WorkerError) as named:  # a path, not one of the gateway's descriptors
+            write_files(arena, outputs, [{**span, "path": region, "position": 0, "capacity": 64}])
+        assert named.value.code == BAD_TENSOR
     finally:
         os.close(fd)
         arena.close()

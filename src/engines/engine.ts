@@ -1,6 +1,6 @@
 import type { ModelConfig, Precision } from '../registry/model-config.js';
 import type { AccuracyRule } from '../tensor/compare.js';
-import type { TensorSource } from '../tensor/source.js';
+import type { SinkRows, TensorSource } from '../tensor/source.js';
 import type { Tensor } from '../tensor/tensor.js';
 
 /**
@@ -11,6 +11,11 @@ import type { Tensor } from '../tensor/tensor.js';
 export interface NamedTensor {
   name: string;
   tensor: Tensor;
+  /**
+   * Every row went to the request's output sinks (EngineRequest.sinks): `tensor.data` is empty,
+   * the bytes are where the sinks point.
+   */
+  written?: true;
 }
 
 /** An input whose bytes the engine writes straight to where its runtime reads them. */
@@ -23,6 +28,8 @@ export interface EngineRequest {
   /** Inputs in the order the model declares them. */
   inputs: NamedInput[];
   precision: Precision;
+  /** Files the caller wants outputs written into; an engine may, or leave them to the caller. */
+  sinks?: readonly SinkRows[];
 }
 
 /** Milliseconds spent per stage inside the engine, as measured on both sides of the IPC boundary. */

@@ -6,8 +6,8 @@ import type { InputForm } from '../requests/decode-inputs.js';
 import { bytesSource, serialisedBytesSource } from '../tensor/bytes-tensor.js';
 import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
-import { type TensorSource, tensorSource } from '../tensor/source.js';
-import { checkByteLength, checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
+import { type OutputSink, type TensorSource, tensorSource } from '../tensor/source.js';
+import { byteLength, checkByteLength, checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
 import { dtypeOf, oipDatatype } from './datatypes.js';
 import type { Region, SharedMemoryRegistry } from './shared-memory.js';
 
@@ -23,8 +23,11 @@ export const HEADER_LENGTH = 'inference-header-content-length';
 export interface RequestedOutput {
   name: string;
   binary: boolean;
-  /** Written into this shared-memory region instead of the response. */
-  shm?: { region: Region; offset: number; size: number };
+  /**
+   * Written into this shared-memory region instead of the response: by the worker, when it could
+   * (`sink.written`), else when the response is encoded.
+   */
+  shm?: { region: Region; offset: number; size: number; sink?: OutputSink };
 }
 
 export interface OipInferRequest {
@@ -236,7 +239,8 @@ function parse(
       if (!isObject(output) || typeof output.name !== 'string')
         throw invalid(`outputs[${i}] must be an object with a "name"`);
       const flag = isObject(output.parameters) ? output.parameters.binary_data : undefined;
-      const shm = regionOf(output.parameters, `output "${output.name}"`, ctx, releases);
+      const region = regionOf(output.parameters, `output "${output.name}"`, ctx, releases);
+      const shm = region && { ...region, sink: region.region.outputSink(output.name, region.offset, region.size) };
       return { name: output.name, binary: typeof flag === 'boolean' ? flag : binaryOutputs, ...(shm ? { shm } : {}) };
     });
   }
@@ -305,16 +309,16 @@ export function encodeInferResponse(
   const tails: Uint8Array[] = [];
   const outputs = wanted.map((output) => {
     const { name, binary } = output;
-    const tensor = (byName.get(name) as NamedTensor).tensor;
+    const { tensor, written } = byName.get(name) as NamedTensor;
     const head = { name, datatype: oipDatatype(tensor.dtype), shape: tensor.shape };
     if (output.shm) {
-      const { region, offset, size } = output.shm;
-      region.writeOutput(name, tensor, offset, size);
+      const { region, offset, size, sink } = output.shm;
+      if (!sink?.written) region.writeOutput(name, tensor, offset, size);
       return {
         ...head,
         parameters: {
           shared_memory_region: region.name,
-          shared_memory_byte_size: tensor.data.byteLength,
+          shared_memory_byte_size: written ? byteLength(tensor.dtype, tensor.shape) : tensor.data.byteLength,
           shared_memory_offset: offset,
         },
       };

@@ -6,6 +6,7 @@ import { readBody, readBodyChunks } from '../http/body.js';
 import { checkJobAccess, jobAllowed } from '../jobs/access.js';
 import { JobSpecSchema } from '../jobs/spec.js';
 import type { ObjectKind, Permission } from '../security/rbac.js';
+import type { OutputSink } from '../tensor/source.js';
 import { checkWorkflowAccess } from '../workflows/run-workflow.js';
 import {
   type EncodedResponse,
@@ -60,6 +61,11 @@ function sendEncoded(res: ServerResponse, { headers, parts, length }: EncodedRes
   res.cork(); // end() uncorks: the parts leave together
   for (const part of parts) res.write(part);
   res.end();
+}
+
+/** The shared-memory regions a request wants outputs in, for its worker to write them itself. */
+function outputSinks(request: OipInferRequest): OutputSink[] {
+  return (request.outputs ?? []).flatMap((o) => (o.shm?.sink ? [o.shm.sink] : []));
 }
 
 function sendError(res: ServerResponse, err: unknown): void {
@@ -184,6 +190,7 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
         parameters: request.parameters,
         inputs: request.inputs,
         form: request.form,
+        sinks: outputSinks(request),
       },
       { signal: goneSignal(res), adapter: 'oip-rest' },
     );

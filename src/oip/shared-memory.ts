@@ -1,7 +1,7 @@
 import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { tgError } from '../errors.js';
 import type { DType } from '../tensor/dtype.js';
-import type { TensorSource } from '../tensor/source.js';
+import type { OutputSink, TensorSource } from '../tensor/source.js';
 import { byteLength, formatType, type Tensor } from '../tensor/tensor.js';
 
 /**
@@ -9,8 +9,8 @@ import { byteLength, formatType, type Tensor } from '../tensor/tensor.js';
  * (`/dev/shm/<key>`) as named regions, then name a region, offset and size instead of sending
  * tensor bytes. Inputs are read from the region straight into the worker's arena slot, by the
  * worker itself where it can open this process's descriptors (TensorSource.file), so that the
- * bytes never pass through the gateway's thread; outputs are written straight into the region:
- * one copy each way, none through an HTTP body.
+ * bytes never pass through the gateway's thread; outputs are written straight into the region, by
+ * the worker too where it can (OutputSink), else here: one copy each way, none through an HTTP body.
  *
  * Regions are read and written with positioned reads and writes, never mapped: a client that
  * truncates its object under us gets an error for that request, where a mapping would kill the
@@ -105,6 +105,23 @@ export class Region {
         if (got !== size)
           throw tgError('SHARED_MEMORY_OUT_OF_RANGE', `${what}: region "${this.name}" ended after ${got} bytes`);
       },
+    };
+  }
+
+  /**
+   * The space given for an output, for a worker to write it there itself; undefined when it is not
+   * a span of the region as registered (writeOutput then says why). The worker checks the object's
+   * size when it writes, and leaves to writeOutput what it cannot write.
+   */
+  outputSink(name: string, offset: number, size: number): OutputSink | undefined {
+    const valid = [offset, size].every((n) => Number.isSafeInteger(n) && n >= 0) && offset + size <= this.byteSize;
+    if (!valid) return undefined;
+    return {
+      output: name,
+      path: `/proc/${process.pid}/fd/${this.fd}`,
+      position: this.offset + offset,
+      capacity: size,
+      written: false,
     };
   }
 

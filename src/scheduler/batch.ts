@@ -1,12 +1,13 @@
 import type { EngineRequest, EngineResponse, NamedInput, NamedTensor } from '../engines/engine.js';
 import { tgError } from '../errors.js';
-import type { TensorSource } from '../tensor/source.js';
+import type { SinkRows, TensorSource } from '../tensor/source.js';
 
 /**
  * Joining requests into one batch and splitting the answer again. Inputs are joined without
  * copying anything up front: the joined input is a TensorSource that fills each request's rows
  * straight into its part of the shared-memory slot, so a batch costs no copy beyond what a single
- * request does. Outputs are split into views of the one buffer read back from the worker.
+ * request does. Outputs are split into views of the one buffer read back from the worker; each
+ * member's output sinks take its own rows of the batch's outputs.
  */
 
 /** Rows a request contributes (its inputs' shared first dimension), or undefined if it cannot join a batch. */
@@ -34,7 +35,15 @@ export function joinRequests(requests: EngineRequest[]): EngineRequest {
     name: input.name,
     tensor: stack(requests.map((r) => (r.inputs[i] as NamedInput).tensor)),
   }));
-  return { inputs, precision: head.precision };
+  const sinks: SinkRows[] = [];
+  let first = 0;
+  for (const request of requests) {
+    const rows = batchRows(request) ?? 0;
+    for (const { sink, row, rows: taken } of request.sinks ?? [])
+      sinks.push({ sink, row: first + row, rows: taken ?? rows - row });
+    first += rows;
+  }
+  return { inputs, precision: head.precision, ...(sinks.length > 0 ? { sinks } : {}) };
 }
 
 function stack(parts: TensorSource[]): TensorSource {
@@ -61,7 +70,7 @@ function stack(parts: TensorSource[]): TensorSource {
 export function splitResponse(response: EngineResponse, rows: number[]): EngineResponse[] {
   const total = rows.reduce((a, b) => a + b, 0);
   const perRequest: NamedTensor[][] = rows.map(() => []);
-  for (const { name, tensor } of response.outputs) {
+  for (const { name, tensor, written } of response.outputs) {
     if (tensor.shape[0] !== total) {
       throw tgError(
         'INFERENCE_FAILED',
@@ -76,6 +85,7 @@ export function splitResponse(response: EngineResponse, rows: number[]): EngineR
       (perRequest[i] as NamedTensor[]).push({
         name,
         tensor: { dtype: tensor.dtype, shape: [n, ...tensor.shape.slice(1)], data },
+        ...(written ? { written } : {}),
       });
       row += n;
     });

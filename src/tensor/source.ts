@@ -48,6 +48,46 @@ export interface FileSpan {
   readonly truncated?: 'BAD_TENSOR' | 'SHARED_MEMORY_OUT_OF_RANGE';
 }
 
+/**
+ * Where a request wants one output's bytes: up to `capacity` bytes at `position` of the file at
+ * `path`, a `/proc/<pid>/fd/<fd>` descriptor this process holds until the request is answered (a
+ * client's shared-memory region). An engine in another process may write the output there itself,
+ * so that its bytes never pass through this process's thread, and then sets `written`; where it
+ * does not, the caller writes the output from the response as before.
+ */
+export interface OutputSink {
+  readonly output: string;
+  readonly path: string;
+  readonly position: number;
+  readonly capacity: number;
+  written: boolean;
+}
+
+/**
+ * A sink and the rows of its output that go there, along dimension 0: `[row, row + rows)`, or
+ * from `row` to the end. A request alone sends all of them; a batch, each member's own rows.
+ */
+export interface SinkRows {
+  readonly sink: OutputSink;
+  readonly row: number;
+  readonly rows?: number;
+}
+
+/** Whether `entries` (sinks written) together take every one of an output's `total` rows. */
+export function allRowsWritten(entries: readonly SinkRows[], total: number): boolean {
+  if (total <= 0) return false;
+  // A request may name one output twice (two regions): rows are merged as ranges, not counted.
+  const ranges = entries
+    .map(({ row, rows }) => [row, row + (rows ?? total - row)] as const)
+    .sort((a, b) => a[0] - b[0]);
+  let covered = 0;
+  for (const [start, end] of ranges) {
+    if (start > covered) return false;
+    covered = Math.max(covered, end);
+  }
+  return covered >= total;
+}
+
 /** A source over bytes already in memory. */
 export function tensorSource(t: Tensor): TensorSource {
   return {

@@ -35,7 +35,9 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
         `${g} half/c1`,
         `${g} mcp-http-b64/c1`,
         `${g} mcp-http-path/c1`,
-        ...(g === 'shipped' ? [`${g} batched-binary/c8`, `${g} batched-shm/c8`, `${g} batched-mcp-path/c8`] : []),
+        ...(g === 'shipped'
+          ? [`${g} half-shm/c1`, `${g} batched-binary/c8`, `${g} batched-shm/c8`, `${g} batched-mcp-path/c8`]
+          : []),
       ]),
     );
     for (const s of file.scenarios) {

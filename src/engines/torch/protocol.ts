@@ -36,6 +36,21 @@ export interface FileRead {
   code?: 'BAD_TENSOR' | 'SHARED_MEMORY_OUT_OF_RANGE';
 }
 
+/**
+ * Output rows the worker copies from its output arena into a file itself after the forward pass:
+ * rows `[row, row + rows)` (to the end without `rows`) of `output` go to `position` of the file at
+ * `path` (as FileRead's) when they fit in `capacity` bytes. The answer's `written` lists the
+ * writes done by index; one not done is left to the gateway.
+ */
+export interface FileWrite {
+  output: string;
+  row: number;
+  rows?: number;
+  path: string;
+  position: number;
+  capacity: number;
+}
+
 export const HelloSchema = z.object({
   op: z.literal('hello'),
   pid: z.number().int(),
@@ -101,6 +116,8 @@ export type LoadResult = z.infer<typeof LoadResultSchema>;
 
 export const InferResultSchema = z.object({
   outputs: z.array(TensorHeaderSchema),
+  /** The request's FileWrites done, by index. */
+  written: z.array(z.number().int().nonnegative()).optional(),
   /** A processing handler's postprocess: one JSON answer per row. */
   answers: z.array(z.unknown()).optional(),
   /** Models with a detection output: where each image item's model-input pixels lie in it. */
@@ -131,6 +148,8 @@ export const InferResultSchema = z.object({
     postprocess_ms: z.number().optional(),
     /** Reading the request's FileReads into the input arena. */
     read_ms: z.number().optional(),
+    /** Copying output rows into the request's FileWrites. */
+    write_ms: z.number().optional(),
   }),
 });
 export type InferResult = z.infer<typeof InferResultSchema>;

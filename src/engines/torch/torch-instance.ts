@@ -2,7 +2,7 @@ import { closeSync, openSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
-import type { FileSpan, TensorSource } from '../../tensor/source.js';
+import { allRowsWritten, type FileSpan, type SinkRows, type TensorSource } from '../../tensor/source.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
   EngineInstance,
@@ -14,7 +14,14 @@ import type {
 } from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
 import { AnswerSpin } from './loop-spin.js';
-import { type FileRead, InferResultSchema, LoadResultSchema, loadRequestModel, type TensorHeader } from './protocol.js';
+import {
+  type FileRead,
+  type FileWrite,
+  InferResultSchema,
+  LoadResultSchema,
+  loadRequestModel,
+  type TensorHeader,
+} from './protocol.js';
 import { WorkerProcess } from './worker-process.js';
 
 /**
@@ -23,7 +30,8 @@ import { WorkerProcess } from './worker-process.js';
  * Inputs that lie in a file (a shared-memory region, a `.npy` file) are read into the arena by the
  * worker itself, through a descriptor the gateway holds for the request, when the worker can open
  * the gateway's descriptors: their bytes then never pass through the gateway's thread, which
- * serves every request of the process.
+ * serves every request of the process. Outputs a request wants in a file (EngineRequest.sinks) the
+ * same worker copies there itself; an output whose every row went to files is not read back.
  */
 
 let instanceCounter = 0;
@@ -136,6 +144,7 @@ export class TorchInstance implements EngineInstance {
       const t1 = performance.now();
       // Output slots read by the previous request are freed by this one's header: no extra message.
       const release = this.readOutputs.splice(0);
+      const writes = this.workerReadsFiles && request.sinks?.length ? request.sinks : undefined;
       const answered = this.answerSpin?.begin();
       let raw: Record<string, unknown>;
       try {
@@ -143,6 +152,7 @@ export class TorchInstance implements EngineInstance {
           inputs: headers,
           parameters: { precision: request.precision },
           ...(spans.reads.length > 0 ? { reads: spans.reads } : {}),
+          ...(writes ? { writes: writes.map(fileWrite) } : {}),
           ...(release.length > 0 ? { release } : {}),
         });
       } finally {
@@ -150,10 +160,12 @@ export class TorchInstance implements EngineInstance {
       }
       const t2 = performance.now();
       const result = InferResultSchema.parse(raw);
-      const outputs: NamedTensor[] = result.outputs.map((h) => ({
-        name: h.name,
-        tensor: { dtype: h.dtype, shape: h.shape, data: arenaOut.read(h.offset, h.nbytes) },
-      }));
+      const written = writes ? sinksWritten(writes, result.written ?? []) : undefined;
+      const outputs: NamedTensor[] = result.outputs.map((h) =>
+        written && allRowsWritten(written.get(h.name) ?? [], h.shape[0] ?? 0)
+          ? { name: h.name, written: true, tensor: { dtype: h.dtype, shape: h.shape, data: NOTHING } }
+          : { name: h.name, tensor: { dtype: h.dtype, shape: h.shape, data: arenaOut.read(h.offset, h.nbytes) } },
+      );
       for (const h of result.outputs) this.readOutputs.push(h.offset);
       const t3 = performance.now();
       const computeMs = result.timings.compute_ms;
@@ -260,6 +272,27 @@ export class TorchInstance implements EngineInstance {
 interface Spans {
   reads: FileRead[];
   opened: number[];
+}
+
+const NOTHING = new Uint8Array(0);
+
+function fileWrite({ sink, row, rows }: SinkRows): FileWrite {
+  const { output, path, position, capacity } = sink;
+  return { output, row, ...(rows !== undefined ? { rows } : {}), path, position, capacity };
+}
+
+/** Marks the sinks the worker wrote; returns them by output. */
+function sinksWritten(writes: readonly SinkRows[], done: number[]): Map<string, SinkRows[]> {
+  const byOutput = new Map<string, SinkRows[]>();
+  for (const index of done) {
+    const entry = writes[index];
+    if (!entry) continue;
+    entry.sink.written = true;
+    const list = byOutput.get(entry.sink.output);
+    if (list) list.push(entry);
+    else byOutput.set(entry.sink.output, [entry]);
+  }
+  return byOutput;
 }
 
 /** Opens a span's file by its path for this request: the worker reads it through the descriptor. */

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -7,20 +7,21 @@ import type { NamedTensor } from '../../src/engines/engine.js';
 import type { Gateway, TensorInferenceResult } from '../../src/gateway.js';
 import { SharedMemoryRegistry } from '../../src/oip/shared-memory.js';
 import { encodeNpy } from '../../src/tensor/npy.js';
-import { type TensorSource, tensorSource } from '../../src/tensor/source.js';
+import { type OutputSink, type TensorSource, tensorSource } from '../../src/tensor/source.js';
 import { makeTensor, toNumbers } from '../../src/tensor/tensor.js';
 import { modelCopy, openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
 
 /**
- * Inputs read by the worker itself (TensorSource.file): a real gateway, real torch workers, real
- * /dev/shm regions and `.npy` files. The region sources here refuse to be filled by the gateway,
- * so a request only succeeds when the worker read its bytes; batches mix them with rows in memory.
+ * Inputs read and outputs written by the worker itself (TensorSource.file, OutputSink): a real
+ * gateway, real torch workers, real /dev/shm regions and `.npy` files. The region sources here
+ * refuse to be filled by the gateway, so a request only succeeds when the worker read its bytes;
+ * batches mix them with rows in memory. Outputs the worker wrote are not in the answer at all.
  */
 
 const ROW = 4;
 
-describe('inputs the worker reads from files itself', { timeout: 300_000 }, () => {
+describe('files the worker reads and writes itself', { timeout: 300_000 }, () => {
   let gateway: Gateway;
   let work: string;
   const regions = new SharedMemoryRegistry();
@@ -52,8 +53,31 @@ describe('inputs the worker reads from files itself', { timeout: 300_000 }, () =
 
   const doubled = (answer: TensorInferenceResult) => [...toNumbers((answer.outputs[0] as NamedTensor).tensor)];
 
-  const infer = (x: TensorSource) =>
-    gateway.inferTensors({ model: 'sleepy-batched', inputs: new Map([['x', x]]), form: 'binary' });
+  const infer = (x: TensorSource, sinks?: OutputSink[]) =>
+    gateway.inferTensors({
+      model: 'sleepy-batched',
+      inputs: new Map([['x', x]]),
+      form: 'binary',
+      ...(sinks ? { sinks } : {}),
+    });
+
+  /** A region of `bytes` bytes of 0xee for outputs, as a client would make it. */
+  function outputRegion(name: string, bytes: number): string {
+    const key = `/tg_test_writes_${process.pid}_${name}`;
+    writeFileSync(`/dev/shm${key}`, Buffer.alloc(bytes, 0xee));
+    keys.push(key);
+    regions.register(name, { key, byte_size: bytes });
+    return key;
+  }
+
+  /** The float32 values at [offset, offset + bytes) of a region's object. */
+  const regionValues = (key: string, offset: number, bytes: number) => {
+    const all = readFileSync(`/dev/shm${key}`);
+    return [...new Float32Array(all.buffer.slice(all.byteOffset + offset, all.byteOffset + offset + bytes))];
+  };
+
+  const sink = (name: string, offset: number, size: number) =>
+    regions.get(name).outputSink('y', offset, size) as OutputSink;
 
   before(async () => {
     const models = ensureTestModels();
@@ -164,5 +188,65 @@ describe('inputs the worker reads from files itself', { timeout: 300_000 }, () =
     // The worker's words: it read the span, through the descriptor the gateway opened for it.
     assert.match(reason.message, new RegExp(`^input "x": ${short} ended after 100 of 8192 bytes$`));
     assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.pids, pids, 'no worker crashed or restarted');
+  });
+
+  it('writes every caller its output rows into its region, and reads back none of a batch whose rows all went there', async () => {
+    const key = outputRegion('out', 64);
+    const [first, second] = [sink('out', 0, 16), sink('out', 24, 32)];
+    const answers = await Promise.all([
+      infer(inMemory([[1, 2, 3, 4]]), [first]),
+      infer(
+        inMemory([
+          [5, 6, 7, 8],
+          [-1, 0.5, 1e-7, 3e38],
+        ]),
+        [second],
+      ),
+    ]);
+    assert.deepEqual(
+      answers.map((a) => a.batch_size),
+      [3, 3],
+      'one forward pass of 3 rows',
+    );
+    assert.ok(first.written && second.written, 'the worker wrote both');
+    for (const answer of answers) {
+      const y = answer.outputs[0] as NamedTensor;
+      assert.equal(y.written, true);
+      assert.equal(y.tensor.data.byteLength, 0, 'nothing read back from the worker');
+    }
+    assert.deepEqual(
+      answers.map((a) => (a.outputs[0] as NamedTensor).tensor.shape),
+      [
+        [1, ROW],
+        [2, ROW],
+      ],
+    );
+    assert.deepEqual(regionValues(key, 0, 16), [2, 4, 6, 8]);
+    assert.deepEqual(
+      regionValues(key, 24, 32),
+      [5, 6, 7, 8, -1, 0.5, 1e-7, 3e38].map((v) => Math.fround(Math.fround(v) * 2)),
+    );
+    const untouched = readFileSync(`/dev/shm${key}`).subarray(16, 24);
+    assert.deepEqual([...untouched], Array(8).fill(0xee));
+  });
+
+  it('reads back the rows of callers without a region, and leaves an output too large for its space to the gateway', async () => {
+    const key = outputRegion('mixed', 48);
+    const fits = sink('mixed', 0, 16);
+    const tooSmall = sink('mixed', 16, 12); // one row is 16 bytes
+    const [written, small, plain] = await Promise.all([
+      infer(inMemory([[1, 1, 1, 1]]), [fits]),
+      infer(inMemory([[2, 2, 2, 2]]), [tooSmall]),
+      infer(inMemory([[3, 3, 3, 3]])),
+    ]);
+    assert.equal(fits.written, true);
+    assert.equal(tooSmall.written, false, 'the worker does not write past the space given');
+    assert.deepEqual(regionValues(key, 0, 16), [2, 2, 2, 2]);
+    assert.deepEqual([...readFileSync(`/dev/shm${key}`).subarray(16)], Array(32).fill(0xee));
+    // Not every row of the batch went to a region: the output came back whole, each caller its rows.
+    assert.deepEqual(doubled(written), [2, 2, 2, 2]);
+    assert.deepEqual(doubled(small), [4, 4, 4, 4]);
+    assert.deepEqual(doubled(plain), [6, 6, 6, 6]);
+    assert.equal((plain.outputs[0] as NamedTensor).written, undefined);
   });
 });
