@@ -43,7 +43,10 @@ export class Region {
     return { name: this.name, key: this.key, offset: this.offset, byte_size: this.byteSize };
   }
 
-  /** Held by a request from parse to response: the file stays open until every holder is done. */
+  /**
+   * Held by a request from parse to response, and by a worker's use of the descriptor (which can
+   * outlast a cancelled request): the file stays open until every holder is done.
+   */
   acquire(): () => void {
     this.users++;
     let released = false;
@@ -97,7 +100,12 @@ export class Region {
       byteLength: size,
       // A worker reads the bytes itself, through this process's descriptor: the region stays
       // open until the request is answered (acquire), and the name is never looked up again.
-      file: { path: `/proc/${process.pid}/fd/${this.fd}`, position, what: `${what}: region "${this.name}"` },
+      file: {
+        path: `/proc/${process.pid}/fd/${this.fd}`,
+        position,
+        what: `${what}: region "${this.name}"`,
+        hold: () => this.acquire(),
+      },
       fill: (target) => {
         // Checked again when read: the client may have shrunk the object since the request came.
         const at = this.span(what, offset, size);
@@ -121,6 +129,7 @@ export class Region {
       path: `/proc/${process.pid}/fd/${this.fd}`,
       position: this.offset + offset,
       capacity: size,
+      hold: () => this.acquire(),
       written: false,
     };
   }

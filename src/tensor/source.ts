@@ -46,11 +46,18 @@ export interface FileSpan {
   readonly what: string;
   /** The error code when the file no longer holds the span (default SHARED_MEMORY_OUT_OF_RANGE). */
   readonly truncated?: 'BAD_TENSOR' | 'SHARED_MEMORY_OUT_OF_RANGE';
+  /**
+   * Keeps `path` naming the same file for as long as an engine in another process may still open
+   * it, which can outlast the request's answer (a request cancelled while it runs is answered at
+   * once; its forward pass goes on): returns the release. Without it, a descriptor closed in the
+   * meantime could be reused for another file. Unset where nothing closes the file before then.
+   */
+  readonly hold?: () => () => void;
 }
 
 /**
  * Where a request wants one output's bytes: up to `capacity` bytes at `position` of the file at
- * `path`, a `/proc/<pid>/fd/<fd>` descriptor this process holds until the request is answered (a
+ * `path`, a `/proc/<pid>/fd/<fd>` descriptor this process holds until the engine is done with it (a
  * client's shared-memory region). An engine in another process may write the output there itself,
  * so that its bytes never pass through this process's thread, and then sets `written`; where it
  * does not, the caller writes the output from the response as before.
@@ -60,6 +67,8 @@ export interface OutputSink {
   readonly path: string;
   readonly position: number;
   readonly capacity: number;
+  /** As FileSpan's. */
+  readonly hold?: () => () => void;
   written: boolean;
 }
 

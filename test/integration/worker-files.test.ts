@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readlinkSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -248,5 +248,38 @@ describe('files the worker reads and writes itself', { timeout: 300_000 }, () =>
     assert.deepEqual(doubled(small), [4, 4, 4, 4]);
     assert.deepEqual(doubled(plain), [6, 6, 6, 6]);
     assert.equal((plain.outputs[0] as NamedTensor).written, undefined);
+  });
+
+  it('keeps a region open for its worker after the request was cancelled and the region unregistered', async () => {
+    region('late_in', [[7, 7, 7, 7]]);
+    const outKey = outputRegion('late_out', 16);
+    // What the OIP route holds from parse to answer.
+    const requestHolds = [regions.get('late_in').acquire(), regions.get('late_out').acquire()];
+    const late = sink('late_out', 0, 16);
+    const fd = late.path.split('/').pop() as string;
+    const stillOpen = () => {
+      try {
+        return readlinkSync(`/proc/self/fd/${fd}`) === `/dev/shm${outKey}`;
+      } catch {
+        return false;
+      }
+    };
+    const cancel = new AbortController();
+    const call = gateway.inferTensors(
+      { model: 'sleepy-batched', inputs: new Map([['x', fromRegion('late_in', 0, 1)]]), form: 'binary', sinks: [late] },
+      { signal: cancel.signal },
+    );
+    // The batch goes after 300 ms; the worker then sleeps 500 ms before it answers.
+    await new Promise((r) => setTimeout(r, 450));
+    cancel.abort();
+    await assert.rejects(call, { code: 'CANCELLED' });
+    regions.unregister('late_in');
+    regions.unregister('late_out');
+    for (const release of requestHolds) release();
+    assert.ok(stillOpen(), 'the worker may still write there: the descriptor is not closed (nor reused)');
+    // The next request runs once the worker has answered the cancelled one.
+    await infer(inMemory([[1, 1, 1, 1]]));
+    assert.equal(stillOpen(), false, 'closed once the worker was done with it');
+    assert.deepEqual(regionValues(outKey, 0, 16), [14, 14, 14, 14], 'the worker wrote the region it was given');
   });
 });

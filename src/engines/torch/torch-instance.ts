@@ -117,7 +117,7 @@ export class TorchInstance implements EngineInstance {
 
     const t0 = performance.now();
     const headers: TensorHeader[] = [];
-    const spans: Spans = { reads: [], opened: [] };
+    const spans: Spans = { reads: [], opened: [], held: [] };
     let fillMs = 0;
     try {
       for (const { name, tensor } of request.inputs) {
@@ -145,6 +145,7 @@ export class TorchInstance implements EngineInstance {
       // Output slots read by the previous request are freed by this one's header: no extra message.
       const release = this.readOutputs.splice(0);
       const writes = this.workerReadsFiles && request.sinks?.length ? request.sinks : undefined;
+      for (const { sink } of writes ?? []) if (sink.hold) spans.held.push(sink.hold());
       const answered = this.answerSpin?.begin();
       let raw: Record<string, unknown>;
       try {
@@ -191,6 +192,7 @@ export class TorchInstance implements EngineInstance {
     } finally {
       for (const h of headers) arenaIn.release(h.offset);
       for (const fd of spans.opened) closeSync(fd);
+      for (const release of spans.held) release();
     }
   }
 
@@ -203,6 +205,7 @@ export class TorchInstance implements EngineInstance {
     if (this.workerReadsFiles && file) {
       const { position, what, truncated } = file;
       const path = file.open ? openForRequest(file, spans.opened) : file.path;
+      if (file.hold) spans.held.push(file.hold());
       spans.reads.push({
         offset,
         nbytes: source.byteLength,
@@ -268,10 +271,14 @@ export class TorchInstance implements EngineInstance {
   }
 }
 
-/** What the worker reads itself, and the descriptors opened for it until the answer. */
+/**
+ * What the worker reads itself, the descriptors opened for it, and the holds on descriptors it
+ * may open (FileSpan.hold): all kept until the worker has answered.
+ */
 interface Spans {
   reads: FileRead[];
   opened: number[];
+  held: (() => void)[];
 }
 
 const NOTHING = new Uint8Array(0);
