@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -10,9 +9,10 @@ import {
   type ProcessedInputConfig,
 } from '../registry/processing.js';
 import { fromBase64Bytes } from '../tensor/base64.js';
-import { bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
+import { type BytesItem, bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
 import type { TensorSource } from '../tensor/source.js';
 import { TENSOR_URI_PREFIX } from '../tensor/store.js';
+import { readFileHead } from '../tensor/tensor-file.js';
 import type { DecodeContext, DecodedInput } from './decode-inputs.js';
 import { resolveAllowedPath } from './decode-inputs.js';
 import { renderImages } from './render-images.js';
@@ -107,7 +107,7 @@ export function decodeProcessedInputs(
       }
       const read = readFile(at, v, ctx);
       form = read.form;
-      return [read.bytes];
+      return [read.item];
     });
     return { name, tensor: bytesSource(items), form, decodeMs: performance.now() - start };
   });
@@ -146,12 +146,12 @@ export function preparedProcessedInputs(
     const start = performance.now();
     const elements = splitBytes(source.data ?? serialised(source));
     const several = elements.length > 1;
-    const items = elements.map((element, index) => {
+    const items = elements.map((element, index): BytesItem => {
       const at = { input: name, item: several ? index : undefined, config: input };
       if (input.type === 'text') return form === 'binary' ? checkUtf8(at, element) : element;
       return form === 'binary'
         ? checkFile(at, element, 'the BYTES element')
-        : readFile(at, Buffer.from(element).toString('utf8'), ctx).bytes;
+        : readFile(at, Buffer.from(element).toString('utf8'), ctx).item;
     });
     return { name, tensor: bytesSource(items), form, decodeMs: performance.now() - start };
   });
@@ -245,8 +245,18 @@ function handleImages(at: Item, uri: string, ctx: DecodeContext): Uint8Array[] {
   return rendered.map((r) => r.png);
 }
 
-/** A file's bytes from any of the forms an agent may hold it in. */
-function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: DecodedInput['form']; bytes: Uint8Array } {
+/**
+ * Files given by path up to this size are read whole here with the check of their first bytes;
+ * larger ones (photos, screenshots, recordings) are read into the worker's arena by the worker
+ * itself where it can (FileItem), so their bytes never pass through the gateway's thread.
+ */
+const READ_WHOLE_UP_TO = 64 * 1024;
+
+/**
+ * A file's bytes from any of the forms an agent may hold it in: in memory, or, for a large file
+ * given by path, the file itself once its first bytes are checked.
+ */
+function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: DecodedInput['form']; item: BytesItem } {
   const code = badCode(at.config);
   const data = errorData(at);
   let form: DecodedInput['form'];
@@ -294,7 +304,11 @@ function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: Decoded
         bytes: size,
         limit: maxBytes,
       });
-    bytes = readFileSync(real);
+    bytes = readFileHead(real, Math.min(size, READ_WHOLE_UP_TO));
+    if (bytes.byteLength < size) {
+      checkFile(at, bytes, source);
+      return { form, item: { path: real, size, what: `${where(at)}: ${path}` } };
+    }
   } else if (text !== undefined) {
     form = 'b64';
     source = 'the base64 data';
@@ -302,7 +316,7 @@ function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: Decoded
   } else {
     throw tgError(code, `${where(at)}: expected ${inputForms(at.config)}`, data);
   }
-  return { form, bytes: checkFile(at, bytes, source) };
+  return { form, item: checkFile(at, bytes, source) };
 }
 
 /** Refuses what a file's first bytes already show: empty, the wrong kind, a format not taken. */

@@ -1,5 +1,7 @@
 import { tgError } from '../errors.js';
-import type { TensorSource } from './source.js';
+import { type TensorSource, tensorSource } from './source.js';
+import { makeTensor } from './tensor.js';
+import { fileSpanSource } from './tensor-file.js';
 
 /**
  * BYTES tensors, OIP v2's variable-length elements (encoded images, strings): shape [items], each
@@ -8,21 +10,60 @@ import type { TensorSource } from './source.js';
  * splits them again (python/tensorgate/_processing.py) without copying.
  */
 
-/** A BYTES tensor source over items already in memory; each is copied once, into the arena slot. */
-export function bytesSource(items: Uint8Array[]): TensorSource {
-  const byteLength = items.reduce((sum, item) => sum + 4 + item.byteLength, 0);
+/**
+ * An item that is a whole file (an image or recording given by path), left where it is until its
+ * destination is known: then read straight into it, by the engine's worker itself where it can.
+ */
+export interface FileItem {
+  readonly path: string;
+  readonly size: number;
+  /** The item as an error names it: `input "image": /photos/cat.png`. */
+  readonly what: string;
+}
+
+export type BytesItem = Uint8Array | FileItem;
+
+const itemBytes = (item: BytesItem) => (item instanceof Uint8Array ? item.byteLength : item.size);
+
+/**
+ * A BYTES tensor source over items in memory or in files; each is copied once, into the arena slot.
+ * With files among them, the source is made of parts (each item's length, then its bytes or its
+ * file), so that an engine whose worker reads files itself leaves those bytes to it.
+ */
+export function bytesSource(items: readonly BytesItem[]): TensorSource {
+  const byteLength = items.reduce((sum, item) => sum + 4 + itemBytes(item), 0);
+  const head = { dtype: 'uint8' as const, shape: [items.length], byteLength, bytes: true as const };
+  if (items.every((item) => item instanceof Uint8Array)) {
+    return {
+      ...head,
+      fill(target) {
+        const view = new DataView(target.buffer, target.byteOffset, target.byteLength);
+        let at = 0;
+        for (const item of items) {
+          view.setUint32(at, item.byteLength, true);
+          target.set(item, at + 4);
+          at += 4 + item.byteLength;
+        }
+      },
+    };
+  }
+  const parts = items.flatMap((item): TensorSource[] => {
+    const length = Buffer.alloc(4);
+    length.writeUInt32LE(itemBytes(item));
+    const bytes =
+      item instanceof Uint8Array
+        ? tensorSource(makeTensor('uint8', [item.byteLength], item))
+        : fileSpanSource(item.path, 0, item.size, item.what, { dtype: 'uint8', shape: [item.size] });
+    return [tensorSource(makeTensor('uint8', [4], length)), bytes];
+  });
   return {
-    dtype: 'uint8',
-    shape: [items.length],
-    byteLength,
-    bytes: true,
+    ...head,
+    parts,
     fill(target) {
-      const view = new DataView(target.buffer, target.byteOffset, target.byteLength);
       let at = 0;
-      for (const item of items) {
-        view.setUint32(at, item.byteLength, true);
-        target.set(item, at + 4);
-        at += 4 + item.byteLength;
+      for (const part of parts) {
+        part.fill(target.subarray(at, at + part.byteLength));
+        at += part.byteLength;
       }
     },
   };

@@ -27,7 +27,10 @@ export interface TensorSource {
    * cannot open the file, call `fill`.
    */
   readonly file?: FileSpan;
-  /** The sources this one stacks, in order (a batch): an engine may place each part by itself. */
+  /**
+   * The sources this one is made of, back to back (a batch's requests, a BYTES tensor's items and
+   * their lengths): an engine may place each part by itself.
+   */
   readonly parts?: readonly TensorSource[];
 }
 

@@ -19,24 +19,36 @@ export function npyFileSource(path: string, fileBytes: number): TensorSource {
   const { dtype, shape, dataStart, dataBytes } = layout;
   // A small file came in whole with the header: keep its data rather than open it a second time.
   if (head.byteLength === fileBytes) return tensorSource(makeTensor(dtype, shape, head.subarray(dataStart)));
+  return fileSpanSource(path, dataStart, dataBytes, path, { dtype, shape });
+}
+
+/**
+ * `byteLength` bytes at `position` of the file at `path` as a source: read straight into their
+ * destination with one read(2) when filled, or by the engine's worker itself (a FileSpan the
+ * engine opens for the request). A file shorter by then is BAD_TENSOR naming the bytes by `what`.
+ */
+export function fileSpanSource(
+  path: string,
+  position: number,
+  byteLength: number,
+  what: string,
+  tensor: Pick<TensorSource, 'dtype' | 'shape' | 'bytes'>,
+): TensorSource {
   return {
-    dtype,
-    shape,
-    byteLength: dataBytes,
-    // A worker may read the data itself: opened by the engine for the request, checked alike.
-    file: { path, open: true, position: dataStart, what: path, truncated: 'BAD_TENSOR' },
+    ...tensor,
+    byteLength,
+    file: { path, open: true, position, what, truncated: 'BAD_TENSOR' },
     fill(target) {
       let fd: number;
       try {
         fd = openSync(path, 'r');
       } catch {
-        throw tgError('FILE_NOT_FOUND', `${path} was removed before it could be read`, { path });
+        throw tgError('FILE_NOT_FOUND', `${what} was removed before it could be read`, { path });
       }
       try {
-        const got = readInto(fd, target, dataStart);
-        if (got !== dataBytes) {
-          throw tgError('BAD_TENSOR', `${path} changed while it was read: ${got} of ${dataBytes} data bytes`, { path });
-        }
+        const got = readInto(fd, target.subarray(0, byteLength), position);
+        if (got !== byteLength)
+          throw tgError('BAD_TENSOR', `${what} changed while it was read: ${got} of ${byteLength} bytes`, { path });
       } finally {
         closeSync(fd);
       }
@@ -83,31 +95,23 @@ function readHead(path: string, fileBytes: number): { layout: TensorLayout; head
  */
 export function fileRowsSource(path: string, layout: TensorLayout, start: number, count: number): TensorSource {
   const rowBytes = layout.shape[0] ? layout.dataBytes / layout.shape[0] : 0;
-  const byteLength = rowBytes * count;
-  const position = layout.dataStart + start * rowBytes;
-  return {
-    dtype: layout.dtype,
-    shape: [count, ...layout.shape.slice(1)],
-    byteLength,
-    file: { path, open: true, position, what: `${path} rows ${start}-${start + count - 1}`, truncated: 'BAD_TENSOR' },
-    fill(target) {
-      let fd: number;
-      try {
-        fd = openSync(path, 'r');
-      } catch {
-        throw tgError('FILE_NOT_FOUND', `${path} was removed before its rows could be read`, { path });
-      }
-      try {
-        const got = readInto(fd, target.subarray(0, byteLength), position);
-        if (got !== byteLength)
-          throw tgError('BAD_TENSOR', `${path} changed while its rows were read: ${got} of ${byteLength} bytes`, {
-            path,
-          });
-      } finally {
-        closeSync(fd);
-      }
-    },
-  };
+  return fileSpanSource(
+    path,
+    layout.dataStart + start * rowBytes,
+    rowBytes * count,
+    `${path} rows ${start}-${start + count - 1}`,
+    { dtype: layout.dtype, shape: [count, ...layout.shape.slice(1)] },
+  );
+}
+
+/** Up to `bytes` bytes from the start of the file at `path` (what one read brings). */
+export function readFileHead(path: string, bytes: number): Buffer {
+  const fd = openSync(path, 'r');
+  try {
+    return readAt(fd, Buffer.allocUnsafe(bytes), 0);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function readAt(fd: number, buf: Buffer, position: number): Buffer {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, readlinkSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -10,7 +11,7 @@ import { encodeNpy } from '../../src/tensor/npy.js';
 import { type OutputSink, type TensorSource, tensorSource } from '../../src/tensor/source.js';
 import { makeTensor, toNumbers } from '../../src/tensor/tensor.js';
 import { modelCopy, openGateway } from '../helpers/gateway.js';
-import { ensureTestModels } from '../helpers/models.js';
+import { ensureDigitsModels, ensureTestModels, PYTHON } from '../helpers/models.js';
 
 /**
  * Inputs read and outputs written by the worker itself (TensorSource.file, OutputSink): a real
@@ -281,5 +282,49 @@ describe('files the worker reads and writes itself', { timeout: 300_000 }, () =>
     await infer(inMemory([[1, 1, 1, 1]]));
     assert.equal(stillOpen(), false, 'closed once the worker was done with it');
     assert.deepEqual(regionValues(outKey, 0, 16), [14, 14, 14, 14], 'the worker wrote the region it was given');
+  });
+
+  it('reads a large image file given by path in the worker; one cut short fails alone, in the words of the worker', async () => {
+    const digits = ensureDigitsModels();
+    await gateway.register(
+      modelCopy(digits, 'digits', work, 'digits-batched', (c) => {
+        c.batching = { max_batch_size: 8, max_queue_delay_us: 300_000, adaptive_delay: false };
+      }),
+    );
+    const examples = join(digits, 'digits', 'examples');
+    const [example, label] = Object.entries(JSON.parse(readFileSync(join(examples, 'labels.json'), 'utf8')))[0] as [
+      string,
+      number,
+    ];
+    // A scan blown up into an uncompressed BMP: far larger than what the gateway reads whole.
+    const bmp = (file: string) => {
+      const path = join(work, file);
+      const script = `from PIL import Image\nImage.open(${JSON.stringify(join(examples, example))}).convert("RGB").resize((256, 256), Image.NEAREST).save(${JSON.stringify(path)}, "BMP")`;
+      execFileSync(PYTHON, ['-c', script]);
+      return path;
+    };
+    const whole = bmp('whole.bmp');
+    const cut = bmp('cut.bmp');
+    const size = statSync(cut).size;
+    assert.ok(size > 128 * 1024, `${size} bytes`);
+    const pids = gateway.poolStats('digits-batched', '1')?.pids;
+    const [answered, failed] = await Promise.allSettled([
+      gateway.infer({ model: 'digits-batched', inputs: { image: whole } }),
+      (async () => {
+        const call = gateway.infer({ model: 'digits-batched', inputs: { image: cut } });
+        // Its first bytes checked at once; the file read when the batch goes, 300 ms later.
+        await new Promise((r) => setTimeout(r, 50));
+        truncateSync(cut, 1000);
+        return call;
+      })(),
+    ]);
+    assert.equal(answered.status, 'fulfilled');
+    assert.equal(answered.value.predictions?.[0]?.[0]?.label, String(label));
+    assert.equal(failed.status, 'rejected');
+    const reason = failed.reason as { code: string; message: string };
+    assert.equal(reason.code, 'BAD_TENSOR');
+    // The worker's words: it read the file itself, through the descriptor the gateway opened for it.
+    assert.match(reason.message, new RegExp(`^input "image": ${cut} ended after 1000 of ${size} bytes$`));
+    assert.deepEqual(gateway.poolStats('digits-batched', '1')?.pids, pids, 'no worker crashed or restarted');
   });
 });

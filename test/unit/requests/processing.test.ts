@@ -122,6 +122,52 @@ test('processed inputs are read from files, data: URIs and base64, and refused w
   assert.throws(() => decodeProcessedInputs(config, { image: png, extra: 1 }, ctx), { code: 'UNKNOWN_INPUT' });
 });
 
+test('a large file given by path stays where it is until its slot is known, after its first bytes are checked', () => {
+  const root = mkdtempSync(join(tmpdir(), 'tg-img-'));
+  const config = parseModelConfig(
+    {
+      name: 'photos',
+      inputs: [{ name: 'image', dtype: 'float32', shape: [-1, 3, 8, 8] }],
+      outputs: [{ name: 'logits', dtype: 'float32', shape: [-1, 10] }],
+      versions: { '1': { format: 'export', file: 'm.pt2' } },
+      processing: { inputs: { image: { type: 'image', resize: { size: [8, 8] }, formats: ['png'] } } },
+    },
+    'test',
+  );
+  const ctx = {
+    config: { allowedRoots: [root], maxArrayElements: 10, maxInputBytes: 1 << 20 },
+    store: new TensorStore(1024, 1000),
+  };
+  const photo = join(root, 'photo.png');
+  const bytes = Buffer.concat([PNG_HEAD, Buffer.alloc(200_000, 7)]);
+  writeFileSync(photo, bytes);
+  const small = join(root, 'small.png');
+  writeFileSync(small, PNG_HEAD);
+  const [decoded] = decodeProcessedInputs(config, { image: [photo, small] }, ctx);
+  const tensor = decoded?.tensor as TensorSource;
+  // Each item's length, then its bytes: the large file by a span the worker may read itself.
+  assert.deepEqual(
+    tensor.parts?.map((p) => [p.byteLength, p.file?.path, p.file?.open, p.file?.what]),
+    [
+      [4, undefined, undefined, undefined],
+      [bytes.byteLength, photo, true, `input "image" item 0: ${photo}`],
+      [4, undefined, undefined, undefined],
+      [PNG_HEAD.byteLength, undefined, undefined, undefined],
+    ],
+  );
+  // Filled by the gateway (engines that read nothing themselves), the same bytes.
+  assert.deepEqual(
+    splitBytes(filled(tensor), 2).map((i) => Buffer.from(i)),
+    [bytes, PNG_HEAD],
+  );
+  const notImage = join(root, 'notes.png');
+  writeFileSync(notImage, Buffer.alloc(200_000, 0x41));
+  assert.throws(() => decodeProcessedInputs(config, { image: notImage }, ctx), {
+    code: 'BAD_IMAGE',
+    message: /notes.png is not a PNG, JPEG, WebP, GIF or BMP image \(it begins with text: "AAAA/,
+  });
+});
+
 test('audio containers are told by their bytes; only WAV is decoded', () => {
   assert.equal(sniffAudio(Buffer.from('RIFF\0\0\0\0WAVEfmt ')), 'wav');
   assert.equal(sniffAudio(Buffer.from('ID3\x04\0')), 'mp3');
