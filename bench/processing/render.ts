@@ -37,6 +37,19 @@ export function renderProcessing(files: unknown[]): string {
           '',
         ]
       : []),
+    ...(r.gateway_cpu && Object.keys(r.gateway_cpu).length
+      ? [
+          `The gateway's own CPU per image (${Object.values(r.gateway_cpu)[0]?.calls} sequential calls after the blocks, from /proc): ${Object.entries(
+            r.gateway_cpu,
+          )
+            .map(
+              ([system, c]) =>
+                `${LABELS[system as keyof typeof LABELS] ?? system} ${c.ms_per_image} ms, its main thread ${c.main_ms_per_image} ms`,
+            )
+            .join('; ')}.`,
+          '',
+        ]
+      : []),
     '| target | goal | measured | allowed | met |',
     '| --- | --- | ---: | ---: | --- |',
     ...r.targets.map((t) => `| ${t.target} | ${t.goal} | ${t.measured} | ${t.allowed} | ${t.met ? 'yes' : '**no**'} |`),

@@ -51,6 +51,11 @@ export interface ProcessingResult {
   answers: { raw: string[]; tensorgate: string[] };
   /** Per tensorgate system, the median of its own stage timings over quiet calls. */
   stages: Record<string, Record<string, number>>;
+  /**
+   * Per tensorgate system, the gateway process's CPU per image over sequential calls after its
+   * blocks: all its threads, and its main thread (the one every request passes through).
+   */
+  gateway_cpu?: Record<string, { calls: number; ms_per_image: number; main_ms_per_image: number }>;
   skipped: { system: SystemId; reason: string }[];
   blocks: ProcessingBlock[];
   targets: { target: string; goal: string; measured: number; allowed: number; met: boolean }[];

@@ -4,7 +4,7 @@
  * servers a user would write it with.
  *
  *   node --import tsx bench/processing/run.ts [--concurrency 1,16] [--seconds 6] [--warmup 2]
- *       [--systems all|tensorgate,ID,...] [--out FILE]
+ *       [--systems all|tensorgate,ID,...] [--cpu-calls 200] [--out FILE]
  *
  * The model is the demo image-classifier (`.pt2`, ResNet-18 shape, 2 threads) registered as
  * `photo-classifier` with processing (resize the shorter side to 256, crop 224, ImageNet mean and
@@ -31,6 +31,7 @@ import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { buildDemoModels } from '../batching/models.js';
+import { cpuMs, threadCpuMs } from '../cpu.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, round } from '../mcp-overhead/stats.js';
 import type { Prepared } from '../oip/requests.js';
@@ -59,6 +60,8 @@ const { values: opts } = parseArgs({
     seconds: { type: 'string', default: '6' },
     warmup: { type: 'string', default: '2' },
     systems: { type: 'string', default: 'all' },
+    // Sequential calls over which a gateway's CPU per image is taken, after its timed blocks.
+    'cpu-calls': { type: 'string', default: '200' },
     out: { type: 'string' },
   },
 });
@@ -80,6 +83,8 @@ function runtimeOf(python: string): { python: string; torch: string } {
 interface Target {
   system: SystemId;
   makeCall: (client: number) => Promise<Call>;
+  /** The serving process (tensorgate's gateway), whose CPU per image is measured too. */
+  pid?: number;
 }
 
 interface Session {
@@ -101,6 +106,7 @@ async function main(): Promise<void> {
   const ms = Number(opts.seconds) * 1000;
   const warmupMs = Number(opts.warmup) * 1000;
   const systems = selectSystems(opts.systems, SYSTEMS);
+  const cpuCalls = Number(opts['cpu-calls']);
   const python = pythonExecutable();
   const peersPython = join(ROOT, '.tensorgate', 'peers', 'bin', 'python');
   const work = mkdtempSync(join(tmpdir(), 'tg-processing-'));
@@ -113,6 +119,7 @@ async function main(): Promise<void> {
   const blocks: ProcessingBlock[] = [];
   const skipped: ProcessingResult['skipped'] = [];
   const stageSamples: Record<string, Record<string, number>> = {};
+  const gatewayCpu: NonNullable<ProcessingResult['gateway_cpu']> = {};
   const record = (system: SystemId, concurrency: number, m: Measured) => {
     blocks.push({ system, concurrency, ...m });
     process.stderr.write(
@@ -151,28 +158,33 @@ async function main(): Promise<void> {
       peer: false,
       async start() {
         const client = new Client({ name: 'bench-processing', version: '0' });
-        await client.connect(
-          new StdioClientTransport({
-            command: process.execPath,
-            args: [
-              join(ROOT, 'bin', 'tensorgate.js'),
-              '--models',
-              join(work, 'models'),
-              '--registry',
-              join(work, 'stdio.db'),
-              '--allow-root',
-              work,
-              'serve',
-              '--stdio',
-            ],
-            cwd: ROOT,
-            stderr: 'ignore',
-          }),
-        );
+        const transport = new StdioClientTransport({
+          command: process.execPath,
+          args: [
+            join(ROOT, 'bin', 'tensorgate.js'),
+            '--models',
+            join(work, 'models'),
+            '--registry',
+            join(work, 'stdio.db'),
+            '--allow-root',
+            work,
+            'serve',
+            '--stdio',
+          ],
+          cwd: ROOT,
+          stderr: 'ignore',
+        });
+        await client.connect(transport);
         const call = toolCall(client, MODEL, { image: photo });
         await call(); // waits for the model to load
         return {
-          targets: [{ system: 'tensorgate-tool-stdio', makeCall: async () => call }],
+          targets: [
+            {
+              system: 'tensorgate-tool-stdio',
+              makeCall: async () => call,
+              ...(transport.pid ? { pid: transport.pid } : {}),
+            },
+          ],
           stages: async () => {
             const result = await client.callTool({ name: MODEL, arguments: { image: photo } });
             const answer = result.structuredContent as {
@@ -196,7 +208,11 @@ async function main(): Promise<void> {
         await waitHealthy(base, `/v2/models/${MODEL}/ready`);
         return {
           targets: [
-            { system: 'tensorgate-tool-http', makeCall: () => mcpHttpCall(`${base}/mcp`, MODEL, { image: photo }) },
+            {
+              system: 'tensorgate-tool-http',
+              makeCall: () => mcpHttpCall(`${base}/mcp`, MODEL, { image: photo }),
+              ...(child.pid ? { pid: child.pid } : {}),
+            },
           ],
           stop: () => stopProcess(child),
         };
@@ -280,6 +296,20 @@ async function main(): Promise<void> {
               break;
             }
           }
+        for (const target of session.targets.filter((t) => wanted.includes(t.system) && t.pid !== undefined)) {
+          // The gateway's own CPU per image, all its threads and its main thread (the one every
+          // request passes through), over sequential calls.
+          const pid = target.pid as number;
+          const call = await target.makeCall(0);
+          const before = cpuMs(pid).self;
+          const mainBefore = threadCpuMs(pid);
+          for (let i = 0; i < cpuCalls; i++) await call();
+          gatewayCpu[target.system] = {
+            calls: cpuCalls,
+            ms_per_image: round((cpuMs(pid).self - before) / cpuCalls),
+            main_ms_per_image: round((threadCpuMs(pid) - mainBefore) / cpuCalls),
+          };
+        }
         if (session.stages) {
           // The median of a few quiet calls' own stage timings: where a call's time goes.
           const runs: Record<string, number>[] = [];
@@ -345,6 +375,7 @@ async function main(): Promise<void> {
     // The same top 5 from the hand-written pipeline and tensorgate's processing: the same work.
     answers: { raw: rawLabels ?? [], tensorgate: tensorgateLabels ?? [] },
     stages: stageSamples,
+    gateway_cpu: gatewayCpu,
     skipped,
     blocks,
     targets,

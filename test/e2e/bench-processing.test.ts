@@ -29,6 +29,8 @@ describe('bench/processing (smoke)', { timeout: 300_000 }, () => {
       '1.5',
       '--warmup',
       '0.5',
+      '--cpu-calls',
+      '30',
       '--out',
       out,
     ];
@@ -53,9 +55,13 @@ describe('bench/processing (smoke)', { timeout: 300_000 }, () => {
     assert.deepEqual(file.answers.tensorgate, file.answers.raw);
     const stages = file.stages['tensorgate-tool-stdio'];
     assert.ok((stages?.preprocess_ms ?? 0) > 0 && (stages?.compute_ms ?? 0) > 0);
+    assert.deepEqual(Object.keys(file.gateway_cpu ?? {}), ['tensorgate-tool-stdio', 'tensorgate-tool-http']);
+    for (const c of Object.values(file.gateway_cpu ?? {}))
+      assert.ok(c.ms_per_image > 0 && c.main_ms_per_image > 0 && c.main_ms_per_image <= c.ms_per_image * 1.5);
     assert.equal(file.targets.length, 2, 'the concurrency-1 targets; LitServe was not run');
     const section = renderProcessing([file]);
     assert.match(section, /^## Image files in, labels out \(bench\/processing\)/);
     assert.match(section, /\| tensorgate, the model's tool over MCP stdio \| 1 \|/);
+    assert.match(section, /The gateway's own CPU per image \(30 sequential calls/);
   });
 });
