@@ -42,10 +42,13 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
     );
     for (const s of file.scenarios) {
       assert.equal(s.latency.n, 16, `${s.gateway} ${s.name}`);
-      assert.ok(s.calls_per_s > 0 && s.cpu_ms_per_call.gateway > 0, `${s.gateway} ${s.name}`);
+      // CPU times come from /proc in 10 ms ticks: 16 cheap calls may read 0, the whole run may not.
+      assert.ok(s.calls_per_s > 0 && s.cpu_ms_per_call.gateway >= 0, `${s.gateway} ${s.name}`);
       assert.ok((s.cpu_ms_per_call.gateway_main ?? -1) >= 0, `main thread: ${s.gateway} ${s.name}`);
       assert.ok(s.gc && s.gc.ms_per_call >= 0 && s.gc.major_per_1000_calls >= 0, `GC figures: ${s.gateway} ${s.name}`);
     }
+    const gatewayCpu = file.scenarios.reduce((sum, s) => sum + s.cpu_ms_per_call.gateway, 0);
+    assert.ok(gatewayCpu > 0, 'the gateways used CPU over the run');
     const section = renderLargeBody([file]);
     assert.match(section, /^## Large bodies \(bench\/large-body\)/);
     assert.match(section, /\| `half\/c1` \| v8-default \|/);

@@ -20,15 +20,19 @@ type Families = Record<string, { type: string; samples: Sample[] }>;
 
 const CLIENT_PYTHON = join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
 const http = httpServerForFile();
+const NON_FINITE: Record<string, number> = { NaN: Number.NaN, '+Inf': Infinity, '-Inf': -Infinity };
 
 async function scrape(): Promise<Families> {
   const response = await fetch(`${http.base}/metrics`);
   assert.equal(response.status, 200);
   assert.match(response.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
   const text = await response.text();
-  return JSON.parse(
-    execFileSync(CLIENT_PYTHON, [join(ROOT, 'test/fixtures/parse_prometheus.py')], { input: text, encoding: 'utf8' }),
-  ) as Families;
+  const parsed = execFileSync(CLIENT_PYTHON, [join(ROOT, 'test/fixtures/parse_prometheus.py')], {
+    input: text,
+    encoding: 'utf8',
+  });
+  // The parser prints NaN and the infinities as Prometheus's own spellings (not JSON numbers).
+  return JSON.parse(parsed, (key, v) => (key === 'value' && typeof v === 'string' ? NON_FINITE[v] : v)) as Families;
 }
 
 function value(families: Families, family: string, labels: Record<string, string>, sample = family): number {
