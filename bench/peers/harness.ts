@@ -112,6 +112,35 @@ export function httpCall(base: string, path: string, prepared: Prepared): Call {
 /** Servers started and not yet stopped. */
 const running = new Set<ChildProcess>();
 
+/**
+ * Servers run in process groups of their own, so a signal that stops the benchmark (a test's
+ * timeout, Ctrl-C in a terminal) does not reach them: they would outlive it, holding ports and
+ * cores. On the way out, however it is taken, every group still running is killed.
+ */
+function killRunningGroups(): void {
+  for (const child of running) {
+    try {
+      process.kill(-(child.pid as number), 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
+  }
+  running.clear();
+}
+
+let exitHooked = false;
+function hookExit(): void {
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once('exit', killRunningGroups);
+  for (const [sig, number] of [
+    ['SIGTERM', 15],
+    ['SIGINT', 2],
+    ['SIGHUP', 1],
+  ] as const)
+    process.once(sig, () => process.exit(128 + number));
+}
+
 export interface Started {
   child: ChildProcess;
   /** What matched the ready pattern (its groups: a URL the server printed). */
@@ -129,6 +158,7 @@ export function startProcess(
   ready: RegExp,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<Started> {
+  hookExit();
   const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   running.add(child);
   return new Promise((resolvePromise, reject) => {

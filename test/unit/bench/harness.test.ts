@@ -1,0 +1,46 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+
+/**
+ * Servers a benchmark starts live in process groups of their own; a benchmark stopped by a signal
+ * (CI's timeout, Ctrl-C) must not leave them running, holding ports and cores.
+ */
+
+const CHILD = join(import.meta.dirname, '..', '..', 'fixtures', 'bench-harness-child.ts');
+
+/** True while the pid names a process that is not a zombie. */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+describe('bench harness', () => {
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`stops the servers it started when the benchmark gets ${signal}`, async () => {
+      const bench = spawn(process.execPath, ['--import', 'tsx', CHILD], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const server = await new Promise<number>((resolve, reject) => {
+        let seen = '';
+        bench.stdout.on('data', (chunk: Buffer) => {
+          seen += chunk.toString();
+          const match = /server (\d+)/.exec(seen);
+          if (match) resolve(Number(match[1]));
+        });
+        bench.once('exit', (code) => reject(new Error(`the benchmark exited with ${code} before its server ran`)));
+      });
+      assert.ok(alive(server), 'the server runs');
+      const exited = new Promise<number | null>((resolve) => bench.once('exit', (code) => resolve(code)));
+      bench.kill(signal);
+      assert.equal(await exited, signal === 'SIGTERM' ? 143 : 130, 'exits as killed by the signal');
+      const deadline = Date.now() + 5000;
+      while (alive(server) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(alive(server), false, 'the server was stopped with it');
+    });
+  }
+});
