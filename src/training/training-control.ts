@@ -1,4 +1,13 @@
-import { mkdirSync, readdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  type FSWatcher,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  unlinkSync,
+  watch,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { AuditLog } from '../audit/audit-log.js';
 import { asTensorgateError, tgError } from '../errors.js';
@@ -12,12 +21,20 @@ import { type ChangeRecord, processAlive, type RunCommand, type RunState, Traini
  * The gateway's training control plane: finds runs in the runs directory, reads their metrics ten
  * times a second, validates and writes changes, and records every change in the audit log. One
  * gateway per runs directory controls the runs (a lock file says which); others only observe.
+ *
+ * Trainers write their files through shared memory, which raises no event: while a run is live
+ * the gateway polls. With none live it waits on the directory (inotify), so that a new run is
+ * found at once, and polls only once a second in case an event is missed (a file system without
+ * inotify, a directory replaced).
  */
 
 export interface TrainingOptions {
   runsDir: string;
   audit: AuditLog;
+  /** How often runs are read while one is live (ms). */
   pollMs?: number;
+  /** How often the directory is read while no run is live, beside its inotify events (ms). */
+  idlePollMs?: number;
   log?: (line: string) => void;
 }
 
@@ -69,6 +86,10 @@ export class TrainingControl {
   private readonly runs = new Map<string, TrainingRun>();
   private readonly unreadable = new Map<string, UnreadableRun>();
   private timer: NodeJS.Timeout | undefined;
+  private watcher: FSWatcher | undefined;
+  private started = false;
+  /** Set by a scan that left a file alone because its trainer may still be creating it. */
+  private deferred = false;
   private ownsLock = false;
   readonly runsDir: string;
 
@@ -82,7 +103,8 @@ export class TrainingControl {
   }
 
   start(): void {
-    if (this.timer) return;
+    if (this.started) return;
+    this.started = true;
     try {
       mkdirSync(this.runsDir, { recursive: true, mode: 0o700 });
     } catch (err) {
@@ -90,20 +112,55 @@ export class TrainingControl {
     }
     this.ownsLock = this.takeLock();
     if (!this.ownsLock) this.options.log?.(`training: another tensorgate controls ${this.runsDir}; observing only`);
-    this.tick();
-    this.timer = setInterval(() => this.tick(), this.options.pollMs ?? 100);
-    this.timer.unref();
+    this.watch();
+    this.poll();
   }
 
   close(): void {
-    clearInterval(this.timer);
+    this.started = false;
+    clearTimeout(this.timer);
     this.timer = undefined;
+    this.watcher?.close();
+    this.watcher = undefined;
     for (const run of this.runs.values()) run.close();
     if (this.ownsLock) {
       try {
         unlinkSync(join(this.runsDir, LOCK));
       } catch {}
       this.ownsLock = false;
+    }
+  }
+
+  /** A tick, then the next one: soon while a run is live, else at the idle pace. */
+  private poll(): void {
+    clearTimeout(this.timer);
+    this.tick();
+    if (!this.started) return;
+    const delay = this.live() ? (this.options.pollMs ?? 100) : (this.options.idlePollMs ?? 1000);
+    this.timer = setTimeout(() => this.poll(), delay);
+    this.timer.unref();
+  }
+
+  /** True while the poll must stay quick: a run that may still step, or a file not yet read. */
+  private live(): boolean {
+    if (this.deferred) return true;
+    for (const run of this.runs.values())
+      if (run.queue.length > 0 || (run.state !== 'finished' && run.state !== 'exited')) return true;
+    return false;
+  }
+
+  /** Wakes the idle poll when the directory changes (a trainer creates its run file). */
+  private watch(): void {
+    try {
+      this.watcher = watch(this.runsDir, { persistent: false }, () => {
+        if (this.started && !this.live()) this.poll();
+      });
+      this.watcher.on('error', () => {
+        this.watcher?.close();
+        this.watcher = undefined; // the idle poll still finds new runs, within a second
+      });
+    } catch {
+      // No such directory, or no inotify here: the idle poll alone finds new runs.
     }
   }
 
@@ -135,6 +192,7 @@ export class TrainingControl {
   }
 
   private scan(): void {
+    this.deferred = false;
     let names: string[];
     try {
       names = readdirSync(this.runsDir);
@@ -169,7 +227,8 @@ export class TrainingControl {
       } catch {
         return; // gone already
       }
-      if (!young) this.unreadable.set(file, { file, error: asTensorgateError(err).message });
+      if (young) this.deferred = true;
+      else this.unreadable.set(file, { file, error: asTensorgateError(err).message });
     }
   }
 
