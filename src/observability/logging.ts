@@ -37,8 +37,9 @@ export function createLogging(options: LoggingOptions = {}): Logging {
   const out = new Destination(
     // Asynchronous: records gather up to 4 KiB, or 100 ms, per write, so that a request costs no
     // system call of its own (a write per record costs more than building the record).
-    pino.destination(sync ? { dest, sync } : { dest, sync, minLength: 4096, periodicFlush: 100 }),
+    pino.destination(sync ? { dest, sync } : { dest, sync, minLength: 4096 }),
     dest === 1 || dest === 2 ? dest : undefined,
+    sync ? 0 : FLUSH_MS,
   );
   const logger = pino(
     {
@@ -69,20 +70,48 @@ export function createLogging(options: LoggingOptions = {}): Logging {
   };
 }
 
-/** A SonicBoom that, once closed, hands later lines straight to stderr (or stdout) when it wrote there. */
+/** The longest a buffered record waits to be written. */
+const FLUSH_MS = 100;
+
+/**
+ * A SonicBoom that, once closed, hands later lines straight to stderr (or stdout) when it wrote
+ * there.
+ *
+ * It flushes what is buffered within `flushMs` of a record, by a timer armed only while there may
+ * be something to write: SonicBoom's own `periodicFlush` writes every interval, an empty write
+ * through the thread pool when idle, which woke an idle gateway ten times a second.
+ */
 class Destination {
   private closed = false;
   private closing: Promise<void> | undefined;
+  private flushTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly sonic: ReturnType<typeof pino.destination>,
     private readonly fd: number | undefined,
-  ) {}
+    private readonly flushMs: number,
+  ) {
+    // A flush asked while a write is in flight does nothing: what came meanwhile is flushed after
+    // that write. The last flush finds nothing and writes 0 bytes, which arms nothing.
+    if (flushMs > 0) sonic.on('write', (n: number) => n > 0 && this.armFlush());
+  }
+
+  private armFlush(): void {
+    if (this.flushTimer || this.closed) return;
+    this.flushTimer = setTimeout(this.flush, this.flushMs);
+    this.flushTimer.unref();
+  }
+
+  private readonly flush = (): void => {
+    this.flushTimer = undefined;
+    if (!this.closed && !this.closing) this.sonic.flush();
+  };
 
   write(line: string): void {
     if (!this.closed) {
       try {
         this.sonic.write(line);
+        if (this.flushMs > 0) this.armFlush();
         return;
       } catch {
         // Closed underneath (the last bytes are being synced): write directly.
@@ -92,6 +121,7 @@ class Destination {
   }
 
   close(): Promise<void> {
+    clearTimeout(this.flushTimer);
     this.closing ??= new Promise((resolve) => {
       this.sonic.once('close', () => {
         this.closed = true;

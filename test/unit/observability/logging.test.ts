@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, openSync, readFileSync } from 'node:fs';
+import fs, { mkdtempSync, openSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -158,6 +158,40 @@ describe('JSON format', () => {
       records.map((r) => r.i),
       Array.from({ length: 1000 }, (_, i) => i),
     );
+  });
+});
+
+describe('buffered log writes', () => {
+  it('writes a lone record within 100 ms, then makes no more writes while idle', async (t) => {
+    const file = join(mkdtempSync(join(tmpdir(), 'tensorgate-logs-')), 'log');
+    const writes: number[] = [];
+    const write = fs.write;
+    // SonicBoom writes through fs.write, looked up at each call.
+    t.mock.method(fs, 'write', (...args: Parameters<typeof fs.write>) => {
+      writes.push(performance.now());
+      return (write as (...a: unknown[]) => void)(...args);
+    });
+    const logs = createLogging({ dest: openSync(file, 'w'), sync: false });
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    try {
+      await sleep(300);
+      assert.equal(writes.length, 0, 'nothing written before anything is logged');
+      logs.log('alone');
+      await sleep(300);
+      assert.deepEqual(
+        readFileSync(file, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => (JSON.parse(l) as { msg: string }).msg),
+        ['alone'],
+      );
+      const settled = writes.length;
+      assert.ok(settled >= 1 && settled <= 2, `the record, then at most one empty flush (${settled} writes)`);
+      await sleep(500);
+      assert.equal(writes.length, settled, 'no writes while idle');
+    } finally {
+      await logs.close();
+    }
   });
 });
 
