@@ -104,7 +104,12 @@ class Destination {
 
   private readonly flush = (): void => {
     this.flushTimer = undefined;
-    if (!this.closed && !this.closing) this.sonic.flush();
+    if (this.closed || this.closing) return;
+    try {
+      this.sonic.flush();
+    } catch {
+      // Destroyed underneath (the process is exiting): a timer must not throw; exit flushes.
+    }
   };
 
   write(line: string): void {
