@@ -1,4 +1,4 @@
-import type { CallToolResult, McpServer, RegisteredTool } from '@modelcontextprotocol/server';
+import type { CallToolResult, McpServer, RegisteredTool, StandardSchemaWithJSON } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Gateway, InferenceResult } from '../gateway.js';
 import { defaultVersion, type ModelConfig } from '../registry/model-config.js';
@@ -40,7 +40,7 @@ interface Definition {
   title: string;
   description: string;
   inputSchema: z.ZodObject;
-  outputSchema: z.ZodObject;
+  outputSchema: StandardSchemaWithJSON;
   annotations: { readOnlyHint: true; idempotentHint: true; openWorldHint: false };
 }
 
@@ -100,7 +100,7 @@ function definitionOf(config: ModelConfig): Definition {
   }
   shape.version = z.string().optional().describe('model version; the default version when omitted');
   const answers = answerDescription(output);
-  definition = {
+  definition = definedOnce({
     title: processing.tool.title ?? `${config.name} (model)`,
     description:
       processing.tool.description ??
@@ -108,8 +108,8 @@ function definitionOf(config: ModelConfig): Definition {
     inputSchema: z.object(shape),
     outputSchema: outputSchemas[output?.type ?? 'none'],
     annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-  };
-  definitions.set(config, definedOnce(definition));
+  });
+  definitions.set(config, definition);
   return definition;
 }
 
@@ -224,14 +224,14 @@ function workflowDefinitionOf(plan: WorkflowPlan): Definition {
       takes.push(`"${input.name}": a ${input.dtype} tensor [${input.shape.join(', ')}]`);
     }
   }
-  definition = {
+  definition = definedOnce({
     title: `${plan.definition.name} (workflow)`,
     description: `${plan.definition.description.trim()} Takes ${takes.join('; ')}. Runs ${plan.stages.length} stages server-side; answers each output (a summary and a tensor:// handle, or a literal value), every stage's status and the time of each.`,
     inputSchema: z.object(shape),
     outputSchema: RunOut,
     annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
-  };
-  workflowDefinitions.set(plan, definedOnce(definition));
+  });
+  workflowDefinitions.set(plan, definition);
   return definition;
 }
 
