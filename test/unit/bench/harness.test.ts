@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { closedLoop } from '../../../bench/peers/harness.js';
 
 /**
  * Servers a benchmark starts live in process groups of their own; a benchmark stopped by a signal
@@ -43,4 +44,34 @@ describe('bench harness', () => {
       assert.equal(alive(server), false, 'the server was stopped with it');
     });
   }
+});
+
+describe('closedLoop', () => {
+  it('measures every call that finishes in its window', async () => {
+    let calls = 0;
+    const fast = async () => async () => {
+      calls++;
+      await new Promise((r) => setTimeout(r, 5));
+    };
+    const measured = await closedLoop(fast, 2, 200, 20);
+    assert.ok(measured.latency.n > 4 && measured.latency.n <= calls, JSON.stringify(measured.latency));
+    assert.ok(measured.throughput > 0);
+  });
+
+  it('waits past a window shorter than one call until a call has finished', async () => {
+    const slow = async () => async () => {
+      await new Promise((r) => setTimeout(r, 300));
+    };
+    const measured = await closedLoop(slow, 1, 50, 10);
+    assert.equal(measured.latency.n, 1);
+    assert.ok((measured.latency.p50 ?? 0) >= 250, JSON.stringify(measured.latency));
+  });
+
+  it('fails the block when a call fails, also while it waits for a first call', async () => {
+    const failing = async () => async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      throw new Error('refused');
+    };
+    await assert.rejects(closedLoop(failing, 1, 20, 10), /refused/);
+  });
 });
