@@ -68,7 +68,7 @@ export function convertedOnce<Schema extends StandardSchemaWithJSON | undefined>
  * The SDK checks a tool's structured result against its output schema before every answer, then
  * checks the whole result against the protocol's own schema. The first repeats what the client
  * does: an MCP client validates structured content against the schema the tool advertises (the
- * TypeScript SDK's `Client.callTool` does on every call, and the test suites call every tool
+ * TypeScript SDK's `Client.callTool` does on every call, and the end-to-end suites call the tools
  * through it). For tensorgate's handlers, which build these results themselves, zod walking each
  * answer a second time cost about 0.03 ms of an `infer` call on the gateway's one thread.
  */
@@ -77,17 +77,23 @@ export function trustedOutput(schema: StandardSchemaWithJSON): StandardSchemaWit
   return { '~standard': { ...standard, validate: (value: unknown) => ({ value }) } };
 }
 
+/** A tool definition as the SDK is handed it: its output schema no longer a zod schema. */
+export type Defined<Config extends AnyToolConfig> = Omit<Config, 'outputSchema'> & {
+  outputSchema: undefined extends Config['outputSchema'] ? StandardSchemaWithJSON | undefined : StandardSchemaWithJSON;
+};
+
 /**
  * A tool definition whose schemas convert to JSON Schema once, its output schema trusted (above).
- * `config` itself is not changed: its zod schemas stay as they are for any other use.
+ * The object given keeps its own output schema, the zod one.
  */
-export function definedOnce<Config extends AnyToolConfig>(config: Config): Config {
+export function definedOnce<Config extends AnyToolConfig>(config: Config): Defined<Config> {
   convertedOnce(config.inputSchema);
-  return { ...config, outputSchema: config.outputSchema && trustedOutput(config.outputSchema) };
+  const outputSchema = config.outputSchema && trustedOutput(config.outputSchema);
+  return { ...config, outputSchema } as Defined<Config>;
 }
 
-function definitionOf<Config extends AnyToolConfig>(name: string, define: () => Config): Config {
-  let config = definitions.get(name) as Config | undefined;
+function definitionOf<Config extends AnyToolConfig>(name: string, define: () => Config): Defined<Config> {
+  let config = definitions.get(name) as Defined<Config> | undefined;
   if (!config) {
     config = definedOnce(define());
     definitions.set(name, config);
