@@ -12,6 +12,8 @@
  * every scenario interleaved in rounds so that drift of the machine hits all alike:
  *
  * - `raw`: the forward pass in one Python process (bench/mcp-overhead/baseline.py), the baseline;
+ * - `raw/unchecked`: the same, the exported module's per-call check of its arguments' structure
+ *   turned off as tensorgate's worker turns it off (its shape guards still run), for reference;
  * - `oip/binary`: OIP v2 REST with binary tensor data in and out (`tensorgate serve --http`);
  * - `stdio/path`: the MCP `infer` tool over stdio, input as a `.npy` path (`tensorgate serve --stdio`);
  * - `stdio/list_models`: tensorgate's cheapest tool call over the same stdio pipe: the protocol floor;
@@ -134,7 +136,12 @@ async function main(): Promise<void> {
   );
   const floorBase = floor.match[1] as string;
   const baseline = new BaselineProcess(pythonExecutable(), plainDir, npy, 200);
-  const baselineInfo = await baseline.ready;
+  const unchecked = new BaselineProcess(pythonExecutable(), plainDir, npy, 200, ['--unchecked']);
+  const [baselineInfo, uncheckedInfo] = await Promise.all([baseline.ready, unchecked.ready]);
+  const baselines = [
+    { name: 'raw', process: baseline },
+    ...(uncheckedInfo.unchecked ? [{ name: 'raw/unchecked', process: unchecked }] : []),
+  ];
 
   const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, input);
   const oip = (model: string) => async () => {
@@ -225,7 +232,7 @@ async function main(): Promise<void> {
     },
   ];
 
-  const latencies = new Map<string, number[]>([['raw', []]]);
+  const latencies = new Map<string, number[]>(baselines.map((b) => [b.name, []]));
   const stages = new Map<string, StageTimings[]>();
   const cpu = new Map<string, { gateway: number; worker: number; calls: number }>();
   for (const s of scenarios) {
@@ -233,11 +240,12 @@ async function main(): Promise<void> {
     stages.set(s.name, []);
     for (let i = 0; i < warmup; i++) await s.call();
   }
-  await baseline.run(warmup);
+  for (const b of baselines) await b.process.run(warmup);
   const started = performance.now();
   for (let r = 0; r < rounds; r++) {
     process.stderr.write(`round ${r + 1}/${rounds}\n`);
-    (latencies.get('raw') as number[]).push(...(await baseline.run(calls)).map((s) => s.ms));
+    for (const b of baselines)
+      (latencies.get(b.name) as number[]).push(...(await b.process.run(calls)).map((s) => s.ms));
     for (const s of scenarios) {
       const before = s.pid ? cpuMs(s.pid) : undefined;
       const into = latencies.get(s.name) as number[];
@@ -263,6 +271,15 @@ async function main(): Promise<void> {
   const results: ScenarioResult[] = [
     { name: 'raw', what: 'forward pass in one Python process (the baseline)', latency: raw },
   ];
+  if (latencies.has('raw/unchecked')) {
+    const latency = distribution(latencies.get('raw/unchecked') as number[]);
+    results.push({
+      name: 'raw/unchecked',
+      what: "the same, without the exported module's per-call structure check (as the worker runs it)",
+      latency,
+      over_raw_ms: round(latency.p50 - raw.p50),
+    });
+  }
   for (const s of scenarios) {
     const latency = distribution(latencies.get(s.name) as number[]);
     const c = cpu.get(s.name);
@@ -336,6 +353,7 @@ async function main(): Promise<void> {
     sdkEcho.close(),
     echo.close(),
     baseline.close(),
+    unchecked.close(),
   ]);
   await Promise.all([stopProcess(http.child), stopProcess(floor.child)]);
 }

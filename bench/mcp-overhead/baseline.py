@@ -5,7 +5,9 @@ Loads the same model file the server serves, by plain PyTorch (bench/model_file.
 thread count of the model config's ``resources.threads`` (and one inter-op thread, as the worker
 uses), warms it up, then times
 ``model(x)`` under ``torch.inference_mode()`` on the input read from a ``.npy`` file. Nothing else
-is timed: no copy, no conversion, no I/O.
+is timed: no copy, no conversion, no I/O. With ``--unchecked`` an exported program's module skips
+its per-call check of the arguments' structure, as tensorgate's worker does
+(``skip_per_call_structure_check`` in python/tensorgate/_loader.py); its shape guards still run.
 
 Standalone (prints one JSON object)::
 
@@ -33,7 +35,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from model_file import load_version  # noqa: E402
+from tensorgate._loader import skip_per_call_structure_check  # noqa: E402
 
 
 def load(model_dir: Path, version: str | None) -> tuple[torch.nn.Module, dict]:
@@ -74,12 +78,18 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--gap-ms", type=float, default=0.0, help="sleep before each timed forward")
     parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="skip an exported module's per-call structure check, as the worker does",
+    )
+    parser.add_argument(
         "--serve", action="store_true", help="answer 'N' lines on stdin (used by run.ts)"
     )
     args = parser.parse_args()
 
     model, info = load(args.model_dir, args.version)
     x = torch.from_numpy(np.load(args.input))
+    info["unchecked"] = args.unchecked and skip_per_call_structure_check(model, 1)
     timed(model, x, args.warmup)
     info.update(
         torch=torch.__version__,

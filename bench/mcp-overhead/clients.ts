@@ -246,6 +246,8 @@ export interface BaselineInfo {
   python: string;
   shape: number[];
   dtype: string;
+  /** Whether `--unchecked` turned the exported module's per-call structure check off. */
+  unchecked: boolean;
 }
 
 /** The Python baseline (baseline.py --serve), loaded and warmed once, run in blocks on demand. */
@@ -255,10 +257,21 @@ export class BaselineProcess {
   private readonly waiting: ((line: string) => void)[] = [];
   readonly ready: Promise<BaselineInfo>;
 
-  constructor(python: string, modelDir: string, input: string, warmup: number) {
+  /** `flags`: more of baseline.py's options (`--unchecked`). */
+  constructor(python: string, modelDir: string, input: string, warmup: number, flags: string[] = []) {
     this.child = spawn(
       python,
-      [join(HERE, 'baseline.py'), '--serve', '--model-dir', modelDir, '--input', input, '--warmup', String(warmup)],
+      [
+        join(HERE, 'baseline.py'),
+        '--serve',
+        '--model-dir',
+        modelDir,
+        '--input',
+        input,
+        '--warmup',
+        String(warmup),
+        ...flags,
+      ],
       { stdio: ['pipe', 'pipe', 'inherit'] },
     );
     this.lines = createInterface({ input: this.child.stdout as NodeJS.ReadableStream });

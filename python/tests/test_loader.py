@@ -19,6 +19,7 @@ from tensorgate._loader import (
     program_dims,
     pt2_kind,
     resolve_device,
+    skip_per_call_structure_check,
     supported_formats,
 )
 from tensorgate._outputs import name_outputs
@@ -114,6 +115,30 @@ def test_export_programs_load_and_batch_over_their_dynamic_dims(tmp_path):
         assert loaded.module(torch.ones(rows, 4)).tolist() == [[2.0] * 4] * rows
     assert program_dims(loaded.program) == [[(1, 64), 4]]
     assert pt2_kind(str(path)) == "export"
+
+
+class AddPair(torch.nn.Module):
+    def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return pair[0] + pair[1]
+
+
+def test_export_modules_check_their_argument_structure_once_and_their_guards_every_call(tmp_path):
+    path = export_double(tmp_path / "model.pt2", batch=torch.export.Dim("batch", min=1, max=8))
+    loaded = load_model(model_spec(path, "export", max_batch_size=8))
+    checked = torch.export.load(str(path)).module()
+    if not hasattr(checked, "_guards_fn"):  # older torch: that check is where the guards run
+        assert loaded.module.validate_inputs is True
+        return
+    assert loaded.module.validate_inputs is False and checked.validate_inputs is True
+    x = torch.rand(3, 4)
+    assert torch.equal(loaded.module(x), checked(x))
+    with pytest.raises(Exception, match="Guard failed"):
+        loaded.module(torch.rand(9, 4))  # past the Dim's max: the graph's own guard refuses it
+    with pytest.raises(Exception, match="Guard failed"):
+        loaded.module(torch.rand(2, 5))
+    nested = torch.export.export(AddPair(), ((torch.ones(2), torch.ones(2)),)).module()
+    assert skip_per_call_structure_check(nested, 2) is False  # not a flat tuple of tensors
+    assert nested.validate_inputs is True
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     const names = file.scenarios.map((s) => s.name);
     assert.deepEqual(names, [
       'raw',
+      'raw/unchecked', // the project's torch runs an exported program's guards in its graph
       'oip/binary',
       'oip/binary+spin',
       'stdio/path',
