@@ -257,16 +257,55 @@ def skip_per_call_structure_check(module: Any, inputs: int) -> bool:
     return True
 
 
-def load_aoti_package(source: Any, device: torch.device) -> Callable[..., Any]:
-    """An AOTInductor package (a path or the bytes of one) loaded for ``device``."""
+def load_aoti_package(source: Any, device: torch.device, inputs: int) -> Callable[..., Any]:
+    """An AOTInductor package (a path or the bytes of one) loaded for ``device``, to be called
+    with ``inputs`` tensors (directly, where ``FlatAOTICall`` can)."""
     load = _aoti_loader()
     assert load is not None  # supported_formats() said so
     index = device.index or 0
-    return load(source, device_index=index) if device.type == "cuda" else load(source)
+    model = load(source, device_index=index) if device.type == "cuda" else load(source)
+    return FlatAOTICall.of(model, inputs) or model
+
+
+class FlatAOTICall:
+    """An AOTInductor model's runner called directly with the flat tensors tensorgate passes.
+
+    The package's own ``__call__`` parses its input and output tree specs from JSON and flattens
+    the arguments on every call: about 9 µs of the tabular model's 15 µs forward on the CPU.
+    Here the specs are parsed once, and the input spec is checked once to be the flat tuple of
+    tensors every call passes; the runner and the outputs' structure are the package's own.
+    """
+
+    def __init__(self, model: Any, run: Callable[..., Any], out_spec: pytree.TreeSpec) -> None:
+        self.package = model
+        self._run = run
+        self._out_spec = out_spec
+
+    @classmethod
+    def of(cls, model: Any, inputs: int) -> FlatAOTICall | None:
+        """The direct call of ``model``; None where its inputs are not a flat tuple of tensors
+        or the package is not the kind this knows (the package's own call then serves)."""
+        try:
+            loader = model.loader
+            # boxed_run (current torch) frees the inputs as it goes; older torch has run only.
+            run = getattr(loader, "boxed_run", None) or loader.run
+            in_spec, out_spec = (pytree.treespec_loads(s) for s in loader.get_call_spec())
+        except Exception:  # noqa: BLE001 - another torch's package: its own call works
+            return None
+        if in_spec != pytree.tree_structure((tuple(range(inputs)), {})):
+            return None
+        return cls(model, run, out_spec)
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        # boxed_run takes the list it is given (and empties it): a fresh one per call.
+        return pytree.tree_unflatten(self._run(list(inputs)), self._out_spec)
+
+    def get_metadata(self) -> dict[str, str]:
+        return self.package.get_metadata()
 
 
 def _load_aoti(spec: ModelSpec, device: torch.device) -> LoadedModel:
-    model = load_aoti_package(open_model_file(spec.file), device)
+    model = load_aoti_package(open_model_file(spec.file), device, len(spec.inputs))
     compiled_for = model.get_metadata().get("AOTI_DEVICE_KEY", "")
     if compiled_for and compiled_for != device.type:
         raise WorkerError(

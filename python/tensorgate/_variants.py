@@ -355,7 +355,7 @@ class Variants:
             self.loaded, self.spec, self.options.cache_dir, sealed=is_sealed(self.spec.file)
         )
         try:
-            module = load_aoti_package(package.path, self.device)
+            module = load_aoti_package(package.path, self.device, len(self.spec.inputs))
         finally:
             if not package.kept:
                 shutil.rmtree(Path(package.path).parent, ignore_errors=True)

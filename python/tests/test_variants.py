@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tensorgate._errors import BAD_PARAMETER, INFERENCE_FAILED, WorkerError
-from tensorgate._loader import ModelSpec, load_model, pt2_kind
+from tensorgate._loader import FlatAOTICall, ModelSpec, load_model, pt2_kind
 from tensorgate._runner import Runner
 from tensorgate._variants import VARIANT_UNAVAILABLE, Variant, VariantOptions, Variants
 
@@ -257,6 +257,10 @@ def test_aoti_variant_is_compiled_for_the_device_checked_and_cached(aoti_build):
         x = torch.rand(rows, 4)
         [(_, got)] = first.run(fp32, [x])
         assert torch.allclose(got, first.model(x), atol=1e-5)
+        # Called directly, past the package's per-call spec parsing: the very same numbers.
+        assert isinstance(fp32.module, FlatAOTICall)
+        assert torch.equal(got, fp32.module.package(x))
+    assert FlatAOTICall.of(fp32.module.package, 2) is None  # the package takes one input
 
 
 def test_a_second_load_finds_the_package_in_the_cache(aoti_build):
@@ -273,6 +277,7 @@ def test_aoti_packages_load_as_a_format_and_run_as_compiled(aoti_build):
     [package] = list((cache / "aoti" / "m" / "1").glob("*.pt2"))
     spec = spec_for(package, "aoti")
     runner = Runner(load_model(spec), spec)
+    assert isinstance(runner.model, FlatAOTICall)
     variants = variants_for(runner, "bf16", torch_optimization="compile")
     [(_, got)] = runner.run(variants.get("fp32"), [torch.ones(2, 4)])
     assert got.shape == (2, 4)

@@ -70,8 +70,18 @@ export const WorkerErrorSchema = z.object({
   type: z.string().optional(),
 });
 
+/**
+ * A reply's `result` is an object, checked no further here: the request's own schema
+ * (`InferResultSchema`, `LoadResultSchema`) checks it, so walking and copying it as a record
+ * first would be a second pass over every answer.
+ */
+const ResultObjectSchema = z.custom<Record<string, unknown>>(
+  (value) => typeof value === 'object' && value !== null && !Array.isArray(value),
+  'result must be an object',
+);
+
 export const ReplySchema = z.discriminatedUnion('ok', [
-  z.object({ id: z.number().int(), ok: z.literal(true), result: z.record(z.string(), z.unknown()) }),
+  z.object({ id: z.number().int(), ok: z.literal(true), result: ResultObjectSchema }),
   z.object({ id: z.number().int(), ok: z.literal(false), error: WorkerErrorSchema }),
 ]);
 export type Reply = z.infer<typeof ReplySchema>;
