@@ -23,11 +23,14 @@ class ProtocolError(Exception):
     """The byte stream does not hold a valid frame; the channel cannot be trusted any more."""
 
 
+#: Compact JSON, no NaN (JSON has none). Built once: ``json.dumps`` with any non-default option
+#: builds a new encoder per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode(message: dict[str, Any]) -> bytes:
-    """One frame: length prefix and compact JSON (no NaN: JSON has none)."""
-    payload = json.dumps(
-        message, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """One frame: length prefix and compact JSON."""
+    payload = _JSON.encode(message).encode("utf-8")
     if len(payload) > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
     return _LENGTH.pack(len(payload)) + payload

@@ -61,6 +61,8 @@ class Runner:
 
     def to_device(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Inputs on the model's device (a no-op on CPU: the arena views are used as they are)."""
+        if self.device.type == "cpu":
+            return tensors
         moved = [t.to(self.device, non_blocking=True) for t in tensors]
         self.sync()
         return moved

@@ -18,6 +18,12 @@ def test_encode_is_length_prefixed_compact_utf8_json():
     assert frame == struct.pack("<I", len(payload)) + payload
 
 
+def test_encode_refuses_what_json_cannot_hold():
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="JSON compliant"):
+            _protocol.encode({"x": value})
+
+
 def test_round_trip_over_a_socket_pair_with_fragmented_writes():
     a, b = socket.socketpair()
     messages = [{"id": i, "op": "infer", "inputs": [{"shape": [1, i]}]} for i in range(50)]
