@@ -237,6 +237,12 @@ def _load_export(spec: ModelSpec, device: torch.device) -> LoadedModel:
     return LoadedModel(module, device, program, module_weights_bytes(module))
 
 
+def takes_flat_tensors(in_spec: object, inputs: int) -> bool:
+    """Whether a program's input tree is what every call of tensorgate's passes: ``inputs``
+    positional tensors and no keyword arguments."""
+    return in_spec == pytree.tree_structure((tuple(range(inputs)), {}))
+
+
 def skip_per_call_structure_check(module: Any, inputs: int) -> bool:
     """Turns off the exported module's per-call check of its arguments' structure, where that
     check is all it does; True when it did.
@@ -250,8 +256,7 @@ def skip_per_call_structure_check(module: Any, inputs: int) -> bool:
     """
     if not hasattr(module, "_guards_fn") or getattr(module, "validate_inputs", None) is not True:
         return False
-    flat = pytree.tree_structure((tuple(range(inputs)), {}))
-    if getattr(module, "_in_spec", None) != flat:
+    if not takes_flat_tensors(getattr(module, "_in_spec", None), inputs):
         return False  # nested arguments: a structure tensorgate's flat tensors do not have
     module.validate_inputs = False
     return True
@@ -292,7 +297,7 @@ class FlatAOTICall:
             in_spec, out_spec = (pytree.treespec_loads(s) for s in loader.get_call_spec())
         except Exception:  # noqa: BLE001 - another torch's package: its own call works
             return None
-        if in_spec != pytree.tree_structure((tuple(range(inputs)), {})):
+        if not takes_flat_tensors(in_spec, inputs):
             return None
         return cls(model, run, out_spec)
 
