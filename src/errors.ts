@@ -54,7 +54,11 @@ export const ERROR_CODES = {
   },
   INPUT_TOO_LARGE: { status: 413, summary: 'An input exceeds the configured size limit for its form.' },
   PATH_NOT_ALLOWED: { status: 403, summary: 'A tensor file path lies outside the configured allowed roots.' },
-  FILE_NOT_FOUND: { status: 404, summary: 'A tensor file path does not exist.' },
+  FILE_NOT_FOUND: {
+    status: 404,
+    summary:
+      'A file path does not exist or is not a regular file, or the file was removed or replaced before it could be read.',
+  },
   HANDLE_NOT_FOUND: { status: 404, summary: 'A tensor:// handle is unknown or has expired.' },
   HANDLE_ELSEWHERE: {
     status: 409,

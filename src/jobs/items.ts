@@ -1,9 +1,25 @@
-import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
-import { basename, dirname, extname, isAbsolute, join, relative, resolve } from 'node:path';
+import {
+  closeSync,
+  constants,
+  existsSync,
+  lstatSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
+import { basename, dirname, extname, isAbsolute, join, relative } from 'node:path';
 import { parse as parseCsv } from 'csv-parse/sync';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema } from 'hyparquet';
 import { tgError } from '../errors.js';
-import { resolveAllowedPath } from '../requests/decode-inputs.js';
+import {
+  type AllowedFile,
+  checkAllowedPath,
+  inFolderOf,
+  insideRoots,
+  openAllowedFile,
+} from '../security/confined-files.js';
 import type { TensorLayout } from '../tensor/npy.js';
 import { readNpyLayout, readSafetensorsLayouts } from '../tensor/tensor-file.js';
 import type { JobItems } from './spec.js';
@@ -18,17 +34,25 @@ export const MAX_ITEMS = 1_000_000;
 export async function listItems(items: Exclude<JobItems, { rows: string }>, roots: string[]): Promise<string[]> {
   let listed: string[];
   if ('table' in items) {
-    const { real } = resolveAllowedPath('items.table', items.table, roots);
-    // Every row is an item, so that an item's index is its row's: answers join back to the table.
-    return checkCount(await tableColumn(real, items.column), true);
+    const { file, fd } = openAllowedFile('items.table', items.table, roots);
+    try {
+      // Every row is an item, so that an item's index is its row's: answers join back to the table.
+      return checkCount(await tableColumn(file.path, fd, items.column), true);
+    } finally {
+      closeSync(fd);
+    }
   }
   if ('files' in items) {
-    listed = items.files.map((path, i) => resolveAllowedPath(`items.files[${i}]`, path, roots).real);
+    listed = items.files.map((path, i) => checkAllowedPath(`items.files[${i}]`, path, roots).real);
   } else if ('lines' in items) {
-    const { real } = resolveAllowedPath('items.lines', items.lines, roots);
-    listed = readFileSync(real, 'utf8')
-      .split(/\r?\n/)
-      .filter((line) => line.trim() !== '');
+    const { fd } = openAllowedFile('items.lines', items.lines, roots);
+    try {
+      listed = readFileSync(fd, 'utf8')
+        .split(/\r?\n/)
+        .filter((line) => line.trim() !== '');
+    } finally {
+      closeSync(fd);
+    }
   } else {
     const folder = allowedFolder(items.folder, roots);
     const match = items.pattern ? globMatcher(items.pattern) : () => true;
@@ -54,9 +78,10 @@ function checkCount(listed: string[], table: boolean): string[] {
 /**
  * One column of a table as strings, a row each: JSONL (one object per line), CSV (its first row
  * names the columns) or Parquet. A value that is not a string is written out (numbers) or left
- * empty (null, missing), for the model to refuse as that item's error.
+ * empty (null, missing), for the model to refuse as that item's error. `fd`: the file at `path`,
+ * open; it is read through the descriptor, never by its name again.
  */
-async function tableColumn(path: string, column: string): Promise<string[]> {
+async function tableColumn(path: string, fd: number, column: string): Promise<string[]> {
   const format = extname(path).toLowerCase();
   const cell = (value: unknown) =>
     value === null || value === undefined ? '' : typeof value === 'string' ? value : String(value);
@@ -75,7 +100,7 @@ async function tableColumn(path: string, column: string): Promise<string[]> {
       },
     );
   if (format === '.jsonl' || format === '.ndjson') {
-    const rows = readFileSync(path, 'utf8')
+    const rows = readFileSync(fd, 'utf8')
       .split(/\r?\n/)
       .filter((line) => line.trim() !== '')
       .map((line, i) => {
@@ -92,7 +117,7 @@ async function tableColumn(path: string, column: string): Promise<string[]> {
   if (format === '.csv') {
     let rows: Record<string, string>[];
     try {
-      rows = parseCsv(readFileSync(path), {
+      rows = parseCsv(readFileSync(fd), {
         columns: true,
         skip_empty_lines: true,
         bom: true,
@@ -107,7 +132,8 @@ async function tableColumn(path: string, column: string): Promise<string[]> {
   if (format === '.parquet') {
     let rows: Record<string, unknown>[];
     try {
-      const file = await asyncBufferFromFile(path);
+      // hyparquet opens a file by its name: this name reaches the descriptor's file, whatever `path` names by now.
+      const file = await asyncBufferFromFile(`/proc/self/fd/${fd}`);
       const metadata = await parquetMetadataAsync(file);
       const columns = parquetSchema(metadata).children.map((c) => c.element.name);
       if (!columns.includes(column)) throw missing(columns);
@@ -128,7 +154,7 @@ function allowedFolder(folder: string, roots: string[]): string {
   if (!existsSync(folder) || !statSync(folder).isDirectory())
     throw tgError('FILE_NOT_FOUND', `items.folder: ${folder} is not a folder on the server`, { path: folder });
   const real = realpathSync.native(folder);
-  if (!inside(real, roots))
+  if (!insideRoots(real, roots))
     throw tgError(
       'PATH_NOT_ALLOWED',
       `items.folder: ${folder} is outside the allowed roots (${roots.join(', ')}); start the server with --allow-root`,
@@ -137,17 +163,10 @@ function allowedFolder(folder: string, roots: string[]): string {
   return real;
 }
 
-function inside(real: string, roots: string[]): boolean {
-  return roots.some((root) => {
-    let base: string;
-    try {
-      base = realpathSync.native(root);
-    } catch {
-      base = resolve(root);
-    }
-    const rel = relative(base, real);
-    return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
-  });
+/** Whether `real` lies in `folder` (both real paths) or under it. */
+function within(real: string, folder: string): boolean {
+  const rel = relative(folder, real);
+  return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
 }
 
 /** Regular files under `folder`; links are followed only where they stay inside it. */
@@ -166,7 +185,7 @@ function walk(folder: string, recursive: boolean): string[] {
         } catch {
           continue; // a dangling link is not an item
         }
-        if (inside(real, [folder]) && statSync(real).isFile()) out.push(path);
+        if (within(real, folder) && statSync(real).isFile()) out.push(path);
       }
     }
   };
@@ -186,7 +205,8 @@ function globMatcher(pattern: string): (name: string) => boolean {
 
 /** An array whose rows are a job's items: where its data lies, and how its items are named (`label[i]`). */
 export interface RowsFile {
-  path: string;
+  /** The file as it was checked: a request's rows are read only while it is still that file. */
+  file: AllowedFile;
   layout: TensorLayout;
   /** The file, and for a .safetensors file its tensor: `/data/x.safetensors:features`. */
   label: string;
@@ -197,14 +217,23 @@ export interface RowsFile {
  * allowed roots, its header read and checked; its first dimension are the items.
  */
 export function rowsFile(path: string, roots: string[], tensor?: string): RowsFile {
-  const { real, size } = resolveAllowedPath('items.rows', path, roots);
+  const { file, fd } = openAllowedFile('items.rows', path, roots);
+  try {
+    return rowsOf(file, fd, path, tensor);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function rowsOf(file: AllowedFile, fd: number, path: string, tensor: string | undefined): RowsFile {
+  const { path: real, size } = file;
   const refuse = (message: string) => tgError('BAD_PARAMETER', `items.rows: ${message}`, { parameter: 'items.rows' });
   let found: RowsFile;
   if (/\.npy$/i.test(real)) {
     if (tensor !== undefined) throw refuse(`${path} is a .npy file, which holds one array: drop "tensor"`);
-    found = { path: real, layout: readNpyLayout(real, size), label: real };
+    found = { file, layout: readNpyLayout(fd, size), label: real };
   } else if (/\.safetensors$/i.test(real)) {
-    const layouts = readSafetensorsLayouts(real, size);
+    const layouts = readSafetensorsLayouts(fd, size);
     const names = [...layouts.keys()].sort();
     const name = tensor ?? (names.length === 1 ? names[0] : undefined);
     if (name === undefined)
@@ -213,7 +242,7 @@ export function rowsFile(path: string, roots: string[], tensor?: string): RowsFi
       );
     const layout = layouts.get(name);
     if (!layout) throw refuse(`${path} has no tensor "${name}"; it holds ${names.join(', ') || 'none'}`);
-    found = { path: real, layout, label: `${real}:${name}` };
+    found = { file, layout, label: `${real}:${name}` };
   } else {
     throw refuse(`${path} is neither a .npy file (numpy.save) nor a .safetensors file (safetensors' save_file)`);
   }
@@ -251,7 +280,8 @@ export function checkResultsPath(
 
 /**
  * The file a results path writes to: itself, or what a link there leads to, which must be under
- * the allowed roots. Checked whenever a job opens its file, as a link may be repointed meanwhile.
+ * the allowed roots. Checked whenever a job opens its file, as a link may be repointed meanwhile;
+ * the file is then opened through its folder (openResultsFile), never by this name again.
  */
 export function resultsTarget(path: string, roots: string[], what: 'results' | 'tensors' = 'results'): string {
   let real = path;
@@ -269,11 +299,53 @@ export function resultsTarget(path: string, roots: string[], what: 'results' | '
       );
     }
   }
-  if (!inside(real, roots))
+  if (!insideRoots(real, roots))
     throw tgError(
       'PATH_NOT_ALLOWED',
       `${what}: ${path}${real === path ? '' : ` leads to ${real}, which`} is outside the allowed roots (${roots.join(', ')}); write it under one of them`,
       { path, roots },
     );
   return real;
+}
+
+const { O_RDONLY, O_RDWR, O_CREAT, O_TRUNC } = constants;
+const RESULTS_FLAGS = { read: O_RDONLY, update: O_RDWR, create: O_RDWR | O_CREAT | O_TRUNC };
+
+/**
+ * Opens a job's results file (or one of its tensor files, or a Parquet job's lines): the file at
+ * `path`, or what a link there leads to (resultsTarget), opened through its folder (see
+ * security/confined-files.ts), so that a link put in its place after the check is refused rather
+ * than followed. `create` makes the file, or empties it; `update` opens it as it is. Answers the
+ * descriptor, which the caller closes.
+ */
+export function openResultsFile(
+  path: string,
+  roots: string[],
+  how: keyof typeof RESULTS_FLAGS,
+  what: 'results' | 'tensors' = 'results',
+): number {
+  const target = resultsTarget(path, roots, what);
+  try {
+    return inFolderOf(target, roots, (folder, name) => folder.openFile(name, RESULTS_FLAGS[how], what));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ELOOP') throw err;
+    throw tgError(
+      'PATH_NOT_ALLOWED',
+      `${what}: ${path} was replaced by a link while it was opened; write to a file that nothing else changes`,
+      { path, roots },
+    );
+  }
+}
+
+/**
+ * Removes the results file at `path` if there is one (a link there, not what it leads to), through
+ * its folder as openResultsFile opens it. A folder that is gone holds nothing to remove.
+ */
+export function removeResultsFile(path: string, roots: string[]): void {
+  try {
+    inFolderOf(path, roots, (folder, name) => rmSync(folder.at(name, 'results'), { force: true }));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
+  }
 }

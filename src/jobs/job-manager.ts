@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { closeSync, fstatSync, fsyncSync, ftruncateSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, ftruncateSync } from 'node:fs';
 import type { NamedTensor } from '../engines/engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { InferenceResult, InferOptions, TensorInferenceRequest, TensorInferenceResult } from '../gateway.js';
@@ -9,7 +9,7 @@ import { roundSignificant } from '../tensor/number-format.js';
 import { fileRowsSource } from '../tensor/tensor-file.js';
 import type { WorkflowOutputValue } from '../workflows/executor.js';
 import { answerOf, rowOf, workflowAnswer } from './answers.js';
-import { checkResultsPath, listItems, resultsTarget } from './items.js';
+import { checkResultsPath, listItems, openResultsFile, removeResultsFile } from './items.js';
 import { writeParquetResults } from './parquet-results.js';
 import { endLinesPathOf, type Line, linesPathOf, resultsFormat } from './results-format.js';
 import { type JobProgress, type JobSpec, JobSpecSchema, type JobState } from './spec.js';
@@ -189,11 +189,17 @@ export class JobManager {
     // Created (emptied when overwriting) before the job is recorded: a resume finds it there. A
     // Parquet job commits to its lines file; the results file it replaces goes now, not at the end.
     try {
-      if (endLinesPathOf(results)) rmSync(results, { force: true });
-      writeFileSync(linesPathOf(results), resultsFormat(results).header);
+      const roots = this.host.allowedRoots;
+      if (endLinesPathOf(results)) removeResultsFile(results, roots);
+      const fd = openResultsFile(linesPathOf(results), roots, 'create');
+      try {
+        writeAll(fd, Buffer.from(resultsFormat(results).header), 0);
+      } finally {
+        closeSync(fd);
+      }
       if (target.outputRows)
-        new TensorFiles(target.outputRows, results, total, 0, true, (path) =>
-          resultsTarget(path, this.host.allowedRoots, 'tensors'),
+        new TensorFiles(target.outputRows, results, total, 0, true, (path, how) =>
+          openResultsFile(path, roots, how, 'tensors'),
         ).close();
     } catch (err) {
       throw diskError(err, results, 'start');
@@ -230,7 +236,7 @@ export class JobManager {
           ? `${error.code}: the Parquet results could not be written (${error.message}); the committed lines are in ${linesPathOf(results)}`
           : record.error;
         await this.host.store.updateJob(id, 'cancelled', record.progress, why);
-        if (!error) removeEndLines(results);
+        if (!error) removeEndLines(results, this.host.allowedRoots);
       }
       return this.get(id); // a finished job stays as it finished
     }
@@ -380,7 +386,7 @@ export class JobManager {
         error: (err as Error).message,
       });
     }
-    if (state !== 'paused') removeEndLines(job.spec.results);
+    if (state !== 'paused') removeEndLines(job.spec.results, this.host.allowedRoots);
     this.host.log(`batch job ${state}`, {
       level: state === 'failed' ? 'error' : state === 'paused' ? 'warn' : 'info',
       job: job.record.id,
@@ -402,7 +408,7 @@ export class JobManager {
     if (linesPath === undefined) return undefined;
     try {
       const roots = this.host.allowedRoots;
-      await writeParquetResults(resultsTarget(linesPath, roots), resultsTarget(results, roots));
+      await writeParquetResults(linesPath, results, roots);
       return undefined;
     } catch (err) {
       return diskError(err, results, 'commit');
@@ -434,14 +440,14 @@ export class JobManager {
     const { batch, lanes } = target;
     const progress = record.progress;
     // Checked at every (re)start: a link there may have been pointed elsewhere since.
-    const fd = openSync(resultsTarget(linesPathOf(spec.results), this.host.allowedRoots), 'r+');
+    const fd = openResultsFile(linesPathOf(spec.results), this.host.allowedRoots, 'update');
     let tensors: TensorFiles | undefined;
     try {
       // Anything after the last commit was written by a run that did not get to record it.
       if (fstatSync(fd).size !== progress.results_bytes) ftruncateSync(fd, progress.results_bytes);
       if (target.outputRows)
-        tensors = new TensorFiles(target.outputRows, spec.results, total, progress.done, false, (path) =>
-          resultsTarget(path, this.host.allowedRoots, 'tensors'),
+        tensors = new TensorFiles(target.outputRows, spec.results, total, progress.done, false, (path, how) =>
+          openResultsFile(path, this.host.allowedRoots, how, 'tensors'),
         );
       /** Finished requests by their first item, waiting for the ones before them. */
       const ready = new Map<number, Answered>();
@@ -561,12 +567,12 @@ export class JobManager {
         if (target.kind === 'workflow')
           return { answers: [workflowAnswer(await this.host.runWorkflow(target.name, inputs, options))], rows: [] };
         if (target.rows) {
-          const { path, layout } = target.rows;
+          const { file, layout } = target.rows;
           const result = await this.host.inferTensors(
             {
               model: target.name,
               ...(job.spec.version ? { version: job.spec.version } : {}),
-              inputs: new Map([[target.input, fileRowsSource(path, layout, start, items.length)]]),
+              inputs: new Map([[target.input, fileRowsSource(file, layout, start, items.length)]]),
               form: 'path',
             },
             options,
@@ -674,10 +680,18 @@ export class JobManager {
   }
 }
 
-/** The lines file of a format written at the end goes once the job's end is recorded (it is in the table). */
-function removeEndLines(results: string): void {
+/**
+ * The lines file of a format written at the end goes once the job's end is recorded (it is in the
+ * table). One no longer under the allowed roots (the server restarted with others) is left there.
+ */
+function removeEndLines(results: string, roots: string[]): void {
   const linesPath = endLinesPathOf(results);
-  if (linesPath !== undefined) rmSync(linesPath, { force: true });
+  if (linesPath === undefined) return;
+  try {
+    removeResultsFile(linesPath, roots);
+  } catch (err) {
+    if ((err as { code?: string }).code !== 'PATH_NOT_ALLOWED') throw err;
+  }
 }
 
 /** ENOSPC, EDQUOT and EFBIG (the file at its size limit) as DISK_FULL; any other write error as it is. */

@@ -1,4 +1,4 @@
-import { closeSync, fsyncSync, ftruncateSync, openSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, ftruncateSync, writeSync } from 'node:fs';
 import type { NamedTensor } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorSpec } from '../registry/model-config.js';
@@ -103,6 +103,7 @@ export class TensorFiles {
   /**
    * Opens each output's file and cuts it back to `done` rows (a run that did not get to record a
    * commit may have written past it). `total` sizes the header; `create` makes the files (a new job).
+   * `open` opens a file under the allowed roots (openResultsFile).
    */
   constructor(
     outputs: OutputRows[],
@@ -110,13 +111,13 @@ export class TensorFiles {
     total: number,
     done: number,
     create: boolean,
-    resolve: (path: string) => string,
+    open: (path: string, how: 'create' | 'update') => number,
   ) {
     try {
       for (const output of outputs) {
-        const path = resolve(tensorPath(results, output.name));
+        const path = tensorPath(results, output.name);
         const headerBytes = encodeNpyHeader(output.dtype, [total, ...output.rowShape]).byteLength;
-        const fd = openSync(path, create ? 'w+' : 'r+');
+        const fd = open(path, create ? 'create' : 'update');
         this.files.push({ output, path, fd, headerBytes, rowBytes: rowBytes(output) });
       }
       for (const file of this.files) ftruncateSync(file.fd, file.headerBytes + done * file.rowBytes);
@@ -125,11 +126,6 @@ export class TensorFiles {
       this.close();
       throw err;
     }
-  }
-
-  /** The paths written, by output. */
-  paths(): Record<string, string> {
-    return Object.fromEntries(this.files.map((f) => [f.output.name, f.path]));
   }
 
   /** Appends the rows of items `done` to `done + rows.length - 1`, then the header that counts them. */

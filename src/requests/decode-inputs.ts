@@ -1,10 +1,11 @@
-import { readFileSync, realpathSync, statSync } from 'node:fs';
-import { extname, isAbsolute, relative, resolve } from 'node:path';
+import { closeSync, readFileSync } from 'node:fs';
+import { extname } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { GatewayConfig } from '../config.js';
 import type { NamedInput } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorSpec } from '../registry/model-config.js';
+import { openAllowedFile } from '../security/confined-files.js';
 import { base64Source } from '../tensor/base64.js';
 import { isDType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
@@ -135,24 +136,28 @@ function decodeInline(spec: TensorSpec, obj: Record<string, unknown>, ctx: Decod
 }
 
 function readTensorFile(spec: TensorSpec, path: string, key: string | undefined, ctx: DecodeContext): TensorSource {
-  const { real, size } = resolveAllowedPath(spec.name, path, ctx.config.allowedRoots);
-  if (size > ctx.config.maxInputBytes) {
-    throw tgError(
-      'INPUT_TOO_LARGE',
-      `input "${spec.name}": ${path} is ${size} bytes, over the ${ctx.config.maxInputBytes}-byte limit`,
-      { input: spec.name, bytes: size, limit: ctx.config.maxInputBytes },
-    );
-  }
-  const ext = extname(real).toLowerCase();
+  const { file, fd } = openAllowedFile(spec.name, path, ctx.config.allowedRoots);
   try {
-    // .npy: the header is checked now, the data read later straight into shared memory.
-    if (ext === '.npy') return npyFileSource(real, size);
-    if (ext === '.safetensors')
-      return tensorSource(pickSafetensor(spec, decodeSafetensors(readFileSync(real)), key, path));
-  } catch (err) {
-    throw withInputName(err, spec.name);
+    if (file.size > ctx.config.maxInputBytes) {
+      throw tgError(
+        'INPUT_TOO_LARGE',
+        `input "${spec.name}": ${path} is ${file.size} bytes, over the ${ctx.config.maxInputBytes}-byte limit`,
+        { input: spec.name, bytes: file.size, limit: ctx.config.maxInputBytes },
+      );
+    }
+    const ext = extname(file.path).toLowerCase();
+    try {
+      // .npy: the header is checked now, the data read later straight into shared memory.
+      if (ext === '.npy') return npyFileSource(file, fd);
+      if (ext === '.safetensors')
+        return tensorSource(pickSafetensor(spec, decodeSafetensors(readFileSync(fd)), key, path));
+    } catch (err) {
+      throw withInputName(err, spec.name);
+    }
+    throw tgError('BAD_TENSOR', `input "${spec.name}": ${path} is neither .npy nor .safetensors`, { input: spec.name });
+  } finally {
+    closeSync(fd);
   }
-  throw tgError('BAD_TENSOR', `input "${spec.name}": ${path} is neither .npy nor .safetensors`, { input: spec.name });
 }
 
 function pickSafetensor(spec: TensorSpec, tensors: Map<string, Tensor>, key: string | undefined, path: string): Tensor {
@@ -166,61 +171,6 @@ function pickSafetensor(spec: TensorSpec, tensors: Map<string, Tensor>, key: str
     );
   }
   return tensor;
-}
-
-/**
- * Resolves symlinks before checking the roots, so a link cannot lead outside them; returns the
- * real path and the file's size. `realpathSync.native` is one realpath(3) call, where the plain
- * one lstat()s every component of the path.
- */
-export function resolveAllowedPath(input: string, path: string, roots: string[]): { real: string; size: number } {
-  if (!isAbsolute(path)) {
-    throw tgError('PATH_NOT_ALLOWED', `input "${input}": "${path}" is not absolute; give the full path of the file`, {
-      input,
-      path,
-    });
-  }
-  let real: string;
-  try {
-    real = realpathSync.native(path);
-  } catch {
-    throw tgError('FILE_NOT_FOUND', `input "${input}": ${path} does not exist on the server`, { input, path });
-  }
-  const inside = roots.some((root) => {
-    const rel = relative(realRoot(root), real);
-    return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
-  });
-  if (!inside) {
-    throw tgError(
-      'PATH_NOT_ALLOWED',
-      `input "${input}": ${path} is outside the allowed roots (${roots.join(', ')}); move the file under one of them or start the server with --allow-root`,
-      { input, path, roots },
-    );
-  }
-  const stats = statSync(real);
-  if (!stats.isFile()) {
-    throw tgError('FILE_NOT_FOUND', `input "${input}": ${path} is not a regular file`, { input, path });
-  }
-  return { real, size: stats.size };
-}
-
-/**
- * Allowed roots by their real paths, resolved at first use rather than per request (a syscall per
- * root per input). A root re-pointed later (its symlink changed) keeps the target it had: the server
- * never widens what it allows behind the operator's back. A root not there yet is looked up again.
- */
-const realRoots = new Map<string, string>();
-
-function realRoot(root: string): string {
-  const known = realRoots.get(root);
-  if (known !== undefined) return known;
-  try {
-    const real = realpathSync.native(root);
-    realRoots.set(root, real);
-    return real;
-  } catch {
-    return resolve(root);
-  }
 }
 
 /** Checks dtype and shape against the declared spec; adds a missing dynamic batch dimension. */

@@ -1,3 +1,4 @@
+import { closeSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -8,13 +9,13 @@ import {
   type ImageInputConfig,
   type ProcessedInputConfig,
 } from '../registry/processing.js';
+import { openAllowedFile } from '../security/confined-files.js';
 import { fromBase64Bytes } from '../tensor/base64.js';
 import { type BytesItem, bytesSource, splitBytes } from '../tensor/bytes-tensor.js';
 import type { TensorSource } from '../tensor/source.js';
 import { TENSOR_URI_PREFIX } from '../tensor/store.js';
 import { readFileHead } from '../tensor/tensor-file.js';
 import type { DecodeContext, DecodedInput } from './decode-inputs.js';
-import { resolveAllowedPath } from './decode-inputs.js';
 import { renderImages } from './render-images.js';
 
 /**
@@ -297,17 +298,21 @@ function readFile(at: Item, value: unknown, ctx: DecodeContext): { form: Decoded
         ? `${homedir()}${text.slice(1)}`
         : text;
     source = path;
-    const { real, size } = resolveAllowedPath(at.input, path, ctx.config.allowedRoots);
-    if (size > maxBytes)
-      throw tgError('INPUT_TOO_LARGE', `${where(at)}: ${path} is ${size} bytes, over the ${maxBytes}-byte limit`, {
-        ...data,
-        bytes: size,
-        limit: maxBytes,
-      });
-    bytes = readFileHead(real, Math.min(size, READ_WHOLE_UP_TO));
-    if (bytes.byteLength < size) {
+    const { file, fd } = openAllowedFile(at.input, path, ctx.config.allowedRoots);
+    try {
+      if (file.size > maxBytes)
+        throw tgError(
+          'INPUT_TOO_LARGE',
+          `${where(at)}: ${path} is ${file.size} bytes, over the ${maxBytes}-byte limit`,
+          { ...data, bytes: file.size, limit: maxBytes },
+        );
+      bytes = readFileHead(fd, Math.min(file.size, READ_WHOLE_UP_TO));
+    } finally {
+      closeSync(fd);
+    }
+    if (bytes.byteLength < file.size) {
       checkFile(at, bytes, source);
-      return { form, item: { path: real, size, what: `${where(at)}: ${path}` } };
+      return { form, item: { file, what: `${where(at)}: ${path}` } };
     }
   } else if (text !== undefined) {
     form = 'b64';

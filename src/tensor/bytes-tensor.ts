@@ -1,4 +1,5 @@
 import { tgError } from '../errors.js';
+import type { AllowedFile } from '../security/confined-files.js';
 import { type TensorSource, tensorSource } from './source.js';
 import { makeTensor } from './tensor.js';
 import { fileSpanSource } from './tensor-file.js';
@@ -15,15 +16,15 @@ import { fileSpanSource } from './tensor-file.js';
  * destination is known: then read straight into it, by the engine's worker itself where it can.
  */
 export interface FileItem {
-  readonly path: string;
-  readonly size: number;
+  /** The file, under the allowed roots, as it was checked. */
+  readonly file: AllowedFile;
   /** The item as an error names it: `input "image": /photos/cat.png`. */
   readonly what: string;
 }
 
 export type BytesItem = Uint8Array | FileItem;
 
-const itemBytes = (item: BytesItem) => (item instanceof Uint8Array ? item.byteLength : item.size);
+const itemBytes = (item: BytesItem) => (item instanceof Uint8Array ? item.byteLength : item.file.size);
 
 /**
  * A BYTES tensor source over items in memory or in files; each is copied once, into the arena slot.
@@ -53,7 +54,7 @@ export function bytesSource(items: readonly BytesItem[]): TensorSource {
     const bytes =
       item instanceof Uint8Array
         ? tensorSource(makeTensor('uint8', [item.byteLength], item))
-        : fileSpanSource(item.path, 0, item.size, item.what, { dtype: 'uint8', shape: [item.size] });
+        : fileSpanSource(item.file, 0, item.file.size, item.what, { dtype: 'uint8', shape: [item.file.size] });
     return [tensorSource(makeTensor('uint8', [4], length)), bytes];
   });
   return {

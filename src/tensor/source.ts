@@ -38,12 +38,14 @@ export interface TensorSource {
  * `byteLength` bytes at `position` of a file. Either `path` is `/proc/<pid>/fd/<fd>`, a descriptor
  * this process holds open for as long as the request runs (a shared-memory region: it reaches the
  * file opened at registration, not whatever a name points at by then); or, with `open`, `path` is
- * the file's own path, which the engine opens when it sends the request and closes once answered,
- * as `fill` would have opened it (a `.npy` file).
+ * the file's own path (for errors and logs), and `open` the way to open it, which the engine calls
+ * when it sends the request, closing the descriptor once answered, as `fill` would have (a `.npy`
+ * file under the allowed roots, opened again only if it is still the file checked).
  */
 export interface FileSpan {
   readonly path: string;
-  readonly open?: true;
+  /** Opens the file for reading: a descriptor the caller closes; throws a TensorgateError. */
+  readonly open?: () => number;
   readonly position: number;
   /** The bytes as an error should name them: `input "x": region "r"`. */
   readonly what: string;

@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  mkdtempSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -189,6 +198,44 @@ describe('files the worker reads and writes itself', { timeout: 300_000 }, () =>
     // The worker's words: it read the span, through the descriptor the gateway opened for it.
     assert.match(reason.message, new RegExp(`^input "x": ${short} ended after 100 of 8192 bytes$`));
     assert.deepEqual(gateway.poolStats('sleepy-batched', '1')?.pids, pids, 'no worker crashed or restarted');
+  });
+
+  it('refuses a .npy input swapped for a link leading outside the roots before the worker read it', async () => {
+    const rows = new Float32Array(512 * ROW).map((_, i) => i);
+    const npy = encodeNpy({ dtype: 'float32', shape: [512, ROW], data: new Uint8Array(rows.buffer) });
+    const kept = join(work, 'kept.npy');
+    const swapped = join(work, 'swapped.npy');
+    writeFileSync(kept, npy);
+    writeFileSync(swapped, npy);
+    // A file outside the allowed roots with a valid header of the same size: only its data differs.
+    const outside = mkdtempSync(join(tmpdir(), 'tg-outside-'));
+    const secret = join(outside, 'secret.npy');
+    writeFileSync(secret, Buffer.concat([npy.subarray(0, npy.byteLength - rows.byteLength), Buffer.alloc(8192, 0)]));
+    try {
+      const [answered, refused] = await Promise.allSettled([
+        gateway.infer({ model: 'sleepy-batched', inputs: { x: { path: kept } } }),
+        (async () => {
+          const call = gateway.infer({ model: 'sleepy-batched', inputs: { x: { path: swapped } } });
+          // Checked and its header read at once; its data is read when the batch goes, 300 ms later.
+          await new Promise((r) => setTimeout(r, 50));
+          rmSync(swapped);
+          symlinkSync(secret, swapped);
+          return call;
+        })(),
+      ]);
+      assert.equal(answered.status, 'fulfilled');
+      const out = gateway.store.get(answered.value.outputs[0]?.uri as string).tensor;
+      assert.deepEqual(
+        [...toNumbers(out)],
+        [...rows].map((v) => v * 2),
+      );
+      assert.equal(refused.status, 'rejected', 'the outside file was read as the input');
+      const reason = refused.reason as { code: string; message: string };
+      assert.equal(reason.code, 'FILE_NOT_FOUND');
+      assert.match(reason.message, new RegExp(`^${swapped} was replaced by another file before it could be read$`));
+    } finally {
+      rmSync(outside, { recursive: true, force: true });
+    }
   });
 
   it('writes every caller its output rows into its region, and reads back none of a batch whose rows all went there', async () => {

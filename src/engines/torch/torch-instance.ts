@@ -1,8 +1,8 @@
-import { closeSync, openSync } from 'node:fs';
+import { closeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
-import { allRowsWritten, type FileSpan, type SinkRows, type TensorSource } from '../../tensor/source.js';
+import { allRowsWritten, type SinkRows, type TensorSource } from '../../tensor/source.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
   EngineInstance,
@@ -204,7 +204,7 @@ export class TorchInstance implements EngineInstance {
     const file = source.file;
     if (this.workerReadsFiles && file) {
       const { position, what, truncated } = file;
-      const path = file.open ? openForRequest(file, spans.opened) : file.path;
+      const path = file.open ? openForRequest(file.open, spans.opened) : file.path;
       if (file.hold) spans.held.push(file.hold());
       spans.reads.push({
         offset,
@@ -302,14 +302,9 @@ function sinksWritten(writes: readonly SinkRows[], done: number[]): Map<string, 
   return byOutput;
 }
 
-/** Opens a span's file by its path for this request: the worker reads it through the descriptor. */
-function openForRequest(file: FileSpan, opened: number[]): string {
-  let fd: number;
-  try {
-    fd = openSync(file.path, 'r');
-  } catch {
-    throw tgError('FILE_NOT_FOUND', `${file.what} was removed before it could be read`, { path: file.path });
-  }
+/** Opens a span's file for this request: the worker reads it through the descriptor. */
+function openForRequest(open: () => number, opened: number[]): string {
+  const fd = open();
   opened.push(fd);
   return `/proc/${process.pid}/fd/${fd}`;
 }

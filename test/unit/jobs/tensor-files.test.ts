@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { openResultsFile } from '../../../src/jobs/items.js';
 import { outputRowsOf, rowsOfItems, TensorFiles, tensorPath } from '../../../src/jobs/tensor-files.js';
 import { decodeNpy } from '../../../src/tensor/npy.js';
 import { makeTensor } from '../../../src/tensor/tensor.js';
@@ -27,11 +28,14 @@ function tensors(first: number, count: number) {
   ];
 }
 
+/** The files are opened as a job opens them: through their folder, under the allowed roots. */
+const open = (path: string, how: 'create' | 'update') => openResultsFile(path, [tmpdir()], how, 'tensors');
+
 describe('a job writing its outputs as .npy files', () => {
   it('is a valid array of what was appended at every step; a resume cuts it back to the commit', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tg-tensor-files-'));
     const results = join(dir, 'out.jsonl');
-    const files = new TensorFiles(outputs, results, 100_000, 0, true, (p) => p);
+    const files = new TensorFiles(outputs, results, 100_000, 0, true, open);
     const emb = tensorPath(results, 'emb');
     assert.equal(emb, join(dir, 'out.emb.npy'));
     assert.deepEqual(decodeNpy(readFileSync(emb)).shape, [0, 2, 3]);
@@ -54,7 +58,7 @@ describe('a job writing its outputs as .npy files', () => {
     assert.equal(statSync(emb).size, headerBytes + 5 * 24, 'the header kept its length');
 
     // Resumed with 3 rows recorded: the rows written after that commit go.
-    new TensorFiles(outputs, results, 100_000, 3, false, (p) => p).close();
+    new TensorFiles(outputs, results, 100_000, 3, false, open).close();
     assert.deepEqual(decodeNpy(readFileSync(emb)).shape, [3, 2, 3]);
     assert.deepEqual(decodeNpy(readFileSync(tensorPath(results, 'ids'))).shape, [3]);
   });
@@ -76,7 +80,7 @@ describe('a job writing its outputs as .npy files', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tg-tensor-files-'));
     const results = join(dir, 'r.csv');
     writeFileSync(join(dir, 'r.emb.npy'), 'stale bytes from an earlier job');
-    new TensorFiles(outputs.slice(0, 1), results, 10 ** 12, 0, true, (p) => p).close();
+    new TensorFiles(outputs.slice(0, 1), results, 10 ** 12, 0, true, open).close();
     const path = join(dir, 'r.emb.npy');
     assert.deepEqual(decodeNpy(readFileSync(path)).shape, [0, 2, 3]);
     assert.equal(statSync(path).size % 64, 0);

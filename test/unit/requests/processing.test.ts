@@ -147,12 +147,12 @@ test('a large file given by path stays where it is until its slot is known, afte
   const tensor = decoded?.tensor as TensorSource;
   // Each item's length, then its bytes: the large file by a span the worker may read itself.
   assert.deepEqual(
-    tensor.parts?.map((p) => [p.byteLength, p.file?.path, p.file?.open, p.file?.what]),
+    tensor.parts?.map((p) => [p.byteLength, p.file?.path, p.file?.open !== undefined, p.file?.what]),
     [
-      [4, undefined, undefined, undefined],
+      [4, undefined, false, undefined],
       [bytes.byteLength, photo, true, `input "image" item 0: ${photo}`],
-      [4, undefined, undefined, undefined],
-      [PNG_HEAD.byteLength, undefined, undefined, undefined],
+      [4, undefined, false, undefined],
+      [PNG_HEAD.byteLength, undefined, false, undefined],
     ],
   );
   // Filled by the gateway (engines that read nothing themselves), the same bytes.

@@ -1,13 +1,24 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { openAllowedFile } from '../../../src/security/confined-files.js';
 import { base64Source } from '../../../src/tensor/base64.js';
 import { encodeNpy } from '../../../src/tensor/npy.js';
 import { npyFileSource } from '../../../src/tensor/tensor-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tg-src-'));
+
+/** A .npy file source as a request makes one: the file opened under the allowed roots. */
+function npySource(path: string) {
+  const { file, fd } = openAllowedFile('x', path, [dir]);
+  try {
+    return npyFileSource(file, fd);
+  } finally {
+    closeSync(fd);
+  }
+}
 const values = new Float32Array([1.5, -2, 3.25, 4]);
 const tensor = { dtype: 'float32' as const, shape: [2, 2], data: new Uint8Array(values.buffer) };
 
@@ -16,7 +27,7 @@ test('a .npy source checks the header now and reads the data into the target lat
   const big = new Float32Array(2 * 1024).map((_, i) => i / 4); // 8 KiB: more than the header's read
   const npy = encodeNpy({ dtype: 'float32', shape: [2, 1024], data: new Uint8Array(big.buffer) });
   writeFileSync(path, npy);
-  const source = npyFileSource(path, npy.byteLength);
+  const source = npySource(path);
   assert.deepEqual(
     [source.dtype, source.shape, source.byteLength, source.data],
     ['float32', [2, 1024], 8192, undefined],
@@ -34,7 +45,7 @@ test('a .npy file of at most 4 KiB is read whole with its header, and not opened
   const path = join(dir, 'small.npy');
   const npy = encodeNpy(tensor);
   writeFileSync(path, npy);
-  const source = npyFileSource(path, npy.byteLength);
+  const source = npySource(path);
   assert.deepEqual([source.dtype, source.shape, source.byteLength], ['float32', [2, 2], 16]);
   assert.deepEqual([...new Float32Array(Uint8Array.from(source.data ?? []).buffer)], [...values]);
   rmSync(path); // already read: the source does not need the file any more
@@ -54,7 +65,7 @@ test('a .npy header longer than the first read (version 2.0) is read whole', () 
   const file = Buffer.concat([header, Buffer.from(`${dict}\n`, 'latin1'), Buffer.from(values.buffer)]);
   writeFileSync(path, file);
   const target = new Uint8Array(16);
-  npyFileSource(path, file.byteLength).fill(target);
+  npySource(path).fill(target);
   assert.deepEqual([...new Float32Array(target.buffer)], [...values]);
 });
 
@@ -62,7 +73,7 @@ test('a truncated .npy file is refused before any data is read', () => {
   const path = join(dir, 'short.npy');
   const npy = encodeNpy(tensor).subarray(0, -4);
   writeFileSync(path, npy);
-  assert.throws(() => npyFileSource(path, npy.byteLength), { code: 'BAD_TENSOR', message: /truncated/ });
+  assert.throws(() => npySource(path), { code: 'BAD_TENSOR', message: /truncated/ });
 });
 
 test('a base64 source is length-checked now and reports a stray character when decoded', () => {
