@@ -1,4 +1,4 @@
-import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { tgError } from '../errors.js';
 import type { DType } from '../tensor/dtype.js';
 import type { OutputSink, TensorSource } from '../tensor/source.js';
@@ -150,6 +150,7 @@ export class Region {
 
 /** Names of POSIX shared-memory objects: `/name`, no other slash, no `..`. */
 const KEY = /^\/[A-Za-z0-9._-]{1,250}$/;
+const { O_RDWR, O_NOFOLLOW, O_NONBLOCK } = constants;
 
 export class SharedMemoryRegistry {
   private readonly regions = new Map<string, Region>();
@@ -175,11 +176,16 @@ export class SharedMemoryRegistry {
       throw tgError('INVALID_REQUEST', 'byte_size must be a positive byte count');
     let fd: number;
     try {
-      fd = openSync(`${this.root}${key}`, 'r+');
+      // As shm_open(3) opens it: a link there is not followed (ELOOP), so a client cannot have the
+      // server open, and its workers read and write, a file the link leads to.
+      fd = openSync(`${this.root}${key}`, O_RDWR | O_NOFOLLOW | O_NONBLOCK);
     } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
       throw tgError(
         'SHARED_MEMORY_NOT_FOUND',
-        `cannot open shared-memory object ${key}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}; create it (shm_open) before registering`,
+        code === 'ELOOP'
+          ? `cannot open shared-memory object ${key}: ELOOP, it is a link; create the object itself (shm_open) and register that`
+          : `cannot open shared-memory object ${key}: ${code}; create it (shm_open) before registering`,
         { key },
       );
     }
