@@ -1,10 +1,17 @@
 /*
- * tensorgate_shm: maps a file MAP_SHARED into an external ArrayBuffer, so the gateway can decode
- * base64 or read .npy data straight into a shared-memory arena slot instead of writing it there
- * with positioned fs calls. Plain C on node_api.h (N-API 8), no dependencies; Linux only.
+ * tensorgate_shm: the system calls the gateway needs and Node does not expose. It maps a file
+ * MAP_SHARED into an external ArrayBuffer, so the gateway can decode base64 or read .npy data
+ * straight into a shared-memory arena slot instead of writing it there with positioned fs calls;
+ * and it opens a file beneath a folder's descriptor with no link on the way (openat2), so that a
+ * file under the allowed roots is opened and checked in one call. Plain C on node_api.h (N-API 8),
+ * no dependencies; Linux only.
  *
  *   map(fd, length[, readOnly]) -> ArrayBuffer   mmap(0..length) MAP_SHARED, munmap when collected
  *   allocate(fd, length) -> undefined            posix_fallocate(0..length): back every page now
+ *   openBeneath(dirFd, path, flags) -> fd        openat2(dirFd, path, flags | O_CLOEXEC) resolving
+ *                                                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: ELOOP where
+ *                                                any part of path is a link, EXDEV where it leaves
+ *                                                dirFd's folder, ENOSYS where the kernel predates it
  *
  * Errors come back as JS errors with `code` set to the errno name (EBADF, ENOMEM, ENOSPC...) and
  * `syscall` to the call that failed; bad arguments as TypeError / RangeError. Nothing aborts.
@@ -18,7 +25,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/openat2.h>
+
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
 
 #ifndef NAPI_VERSION
 #define NAPI_VERSION 8
@@ -37,7 +50,13 @@ static const char *errno_name(int err) {
     case EINTR: return "EINTR";
     case EINVAL: return "EINVAL";
     case EIO: return "EIO";
+    case ELOOP: return "ELOOP";
     case EMFILE: return "EMFILE";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case ENOENT: return "ENOENT";
+    case ENOSYS: return "ENOSYS";
+    case ENOTDIR: return "ENOTDIR";
+    case EXDEV: return "EXDEV";
     case ENFILE: return "ENFILE";
     case ENODEV: return "ENODEV";
     case ENOMEM: return "ENOMEM";
@@ -174,10 +193,53 @@ static napi_value allocate(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value open_beneath(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
+  if (argc < 3) {
+    napi_throw_type_error(env, "ERR_MISSING_ARGS", "openBeneath(dirFd, path, flags) needs all three");
+    return NULL;
+  }
+  double dir_d, flags_d;
+  if (!get_integer(env, argv[0], "dirFd", 0, 2147483647.0, &dir_d)) return NULL;
+  if (!get_integer(env, argv[2], "flags", 0, 2147483647.0, &flags_d)) return NULL;
+  char path[4096];
+  size_t length;
+  napi_valuetype type;
+  if (napi_typeof(env, argv[1], &type) != napi_ok || type != napi_string) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "path must be a string");
+    return NULL;
+  }
+  if (napi_get_value_string_utf8(env, argv[1], path, sizeof path, &length) != napi_ok) return NULL;
+  if (length >= sizeof path - 1) {
+    throw_errno(env, ENAMETOOLONG, "openat2", NULL);
+    return NULL;
+  }
+  /* Reading only: O_CREAT would need a mode, and a file made here is never wanted. */
+  struct open_how how = {
+    .flags = (uint64_t)((int)flags_d & ~(O_CREAT | O_TMPFILE)) | O_CLOEXEC,
+    .mode = 0,
+    .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+  };
+  long fd;
+  do {
+    fd = syscall(SYS_openat2, (int)dir_d, path, &how, sizeof how);
+  } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+  if (fd < 0) {
+    throw_errno(env, errno, "openat2", NULL);
+    return NULL;
+  }
+  napi_value result;
+  if (napi_create_int32(env, (int32_t)fd, &result) != napi_ok) return NULL;
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"map", NULL, map, NULL, NULL, NULL, napi_enumerable, NULL},
     {"allocate", NULL, allocate, NULL, NULL, NULL, napi_enumerable, NULL},
+    {"openBeneath", NULL, open_beneath, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

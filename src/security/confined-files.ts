@@ -1,6 +1,7 @@
 import { closeSync, constants, fstatSync, openSync, readlinkSync, realpathSync } from 'node:fs';
-import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, normalize, relative, resolve } from 'node:path';
 import { tgError } from '../errors.js';
+import { nativeAddon } from '../native.js';
 
 /**
  * Files under the allowed roots, opened so that the file checked is the file used.
@@ -17,6 +18,11 @@ import { tgError } from '../errors.js';
  * A file read again later (its data after its header; the worker's read of a large input) is
  * opened the same way and must still be the same file (device and inode): one replaced in between
  * is refused, not read. O_NONBLOCK keeps a FIFO put in a file's place from hanging the open.
+ *
+ * Reads take a shorter way first where the kernel and the native addon allow (openWithoutLinks):
+ * one openat2(2) beneath the root's own descriptor that refuses any link on the way, for a path
+ * written plainly under a root. The folder's way, through /proc, costs four more system calls and
+ * handles what that one refuses (a link on the way, a path with `..`, a root that is a file).
  */
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, O_NOCTTY } = constants;
@@ -46,6 +52,68 @@ function realRoot(root: string): string {
     return real;
   } catch {
     return resolve(root);
+  }
+}
+
+/**
+ * Descriptors of the roots' folders, by real path, opened at first use: openWithoutLinks opens
+ * files beneath them. A root's folder is the one at its path when first used, as its real path is.
+ */
+const rootFolders = new Map<string, number>();
+
+let withoutLinks = process.env.TENSORGATE_NO_OPENAT2 !== '1';
+
+/** Turns the openat2 way off or on again (tests run both ways); off as TENSORGATE_NO_OPENAT2=1 is. */
+export function useOpenWithoutLinks(on: boolean): void {
+  withoutLinks = on;
+}
+
+/**
+ * Opens `path` for reading in one system call when it is written plainly (absolute, normal form)
+ * under one of the roots and nothing on its way from the root is a link: openat2(2) beneath the
+ * root's descriptor, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS. The file opened is then exactly at
+ * `path`, a real path under the root. Undefined where it cannot say (a link on the way, a file
+ * not there, no openat2 here): the caller goes the folder's way, which decides and explains.
+ */
+export function openWithoutLinks(path: string, roots: readonly string[], flags = READ): number | undefined {
+  if (!withoutLinks) return undefined;
+  const addon = nativeAddon();
+  if (!addon) return undefined;
+  // Only a path in normal form: a `..` in it would be resolved here, not by the kernel.
+  if (!isAbsolute(path) || normalize(path) !== path) return undefined;
+  for (const root of roots) {
+    const base = realRoot(root);
+    const rel = relative(base, path);
+    if (rel === '' || rel.startsWith('..') || isAbsolute(rel)) continue;
+    const folder = rootFolder(root, base);
+    if (folder === undefined) continue;
+    try {
+      return addon.openBeneath(folder, rel, flags);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      // Not here (an old kernel, a seccomp filter that does not know it): the folder's way only.
+      if (code === 'ENOSYS' || code === 'EPERM') withoutLinks = false;
+      // A root folder removed since (and perhaps made again): opened afresh next time.
+      else if (code === 'ENOENT' && fstatSync(folder).nlink === 0) {
+        rootFolders.delete(base);
+        closeSync(folder);
+      }
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
+function rootFolder(root: string, base: string): number | undefined {
+  const known = rootFolders.get(base);
+  if (known !== undefined) return known;
+  if (!realRoots.has(root)) return undefined; // not there (yet)
+  try {
+    const fd = openSync(base, O_RDONLY | O_DIRECTORY);
+    rootFolders.set(base, fd);
+    return fd;
+  } catch {
+    return undefined;
   }
 }
 
@@ -159,19 +227,9 @@ export function openAllowedFile(
       `input "${input}": ${path} is outside the allowed roots (${roots.join(', ')}); move the file under one of them or start the server with --allow-root`,
       { input, path, roots },
     );
-  let opened: { fd: number; real: string };
-  try {
-    opened = inFolderOf(path, roots, (folder, name) => {
-      if (!folder.allows(name)) throw outside();
-      return { fd: folder.openFile(name, READ, `input "${input}"`), real: join(folder.real, name) };
-    });
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR') throw insideRoots(resolve(path), roots) ? notFound() : outside();
-    // The file's own name is a link (ELOOP under O_NOFOLLOW): open what it leads to, checked the same way.
-    if (code !== 'ELOOP') throw err;
-    opened = openLinked(path, roots, notFound, outside);
-  }
+  const direct = openWithoutLinks(path, roots);
+  const opened =
+    direct !== undefined ? { fd: direct, real: path } : openThroughFolder(input, path, roots, notFound, outside);
   const { fd, real } = opened;
   try {
     const stats = fstatSync(fd, { bigint: true });
@@ -181,6 +239,28 @@ export function openAllowedFile(
   } catch (err) {
     closeSync(fd);
     throw err;
+  }
+}
+
+/** Opens `path` through its folder (see the top of this file); answers the descriptor and the file's real path. */
+function openThroughFolder(
+  input: string,
+  path: string,
+  roots: readonly string[],
+  notFound: () => Error,
+  outside: () => Error,
+): { fd: number; real: string } {
+  try {
+    return inFolderOf(path, roots, (folder, name) => {
+      if (!folder.allows(name)) throw outside();
+      return { fd: folder.openFile(name, READ, `input "${input}"`), real: join(folder.real, name) };
+    });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') throw insideRoots(resolve(path), roots) ? notFound() : outside();
+    // The file's own name is a link (ELOOP under O_NOFOLLOW): open what it leads to, checked the same way.
+    if (code !== 'ELOOP') throw err;
+    return openLinked(path, roots, notFound, outside);
   }
 }
 
@@ -221,7 +301,9 @@ export function reopenAllowedFile(file: AllowedFile, what: string): number {
     tgError('FILE_NOT_FOUND', `${what} was replaced by another file before it could be read`, { path: file.path });
   let fd: number;
   try {
-    fd = inFolderOf(file.path, file.roots, (folder, name) => folder.openFile(name, READ, what));
+    fd =
+      openWithoutLinks(file.path, file.roots) ??
+      inFolderOf(file.path, file.roots, (folder, name) => folder.openFile(name, READ, what));
   } catch (err) {
     const code = (err as { code?: string }).code;
     if (code === 'PATH_NOT_ALLOWED') throw err;

@@ -1,43 +1,11 @@
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { nativeAddon, nativeAddonError } from '../../native.js';
 
 /**
  * Optional native mmap for the shared-memory arenas (native/shm_map.c, built by node-gyp into
- * build/Release/tensorgate_shm.node). With it the gateway decodes base64 or reads .npy data
+ * build/Release/tensorgate_shm.node; src/native.ts loads it). With it the gateway decodes base64 or reads .npy data
  * straight into an arena slot; without it (not built, or TENSORGATE_NO_MMAP=1) callers fall back
  * to positioned fs writes, which cost one more copy.
  */
-
-interface ShmAddon {
-  map(fd: number, length: number, readOnly?: boolean): ArrayBuffer;
-  allocate(fd: number, length: number): void;
-}
-
-// The package root is three levels up from src/engines/torch and from dist/engines/torch alike.
-export const SHM_ADDON_PATH = resolve(
-  dirname(fileURLToPath(import.meta.url)),
-  '../../../build/Release/tensorgate_shm.node',
-);
-
-let addon: ShmAddon | null | undefined;
-let loadError: string | undefined;
-
-function load(): ShmAddon | null {
-  if (addon !== undefined) return addon;
-  addon = null;
-  if (!existsSync(SHM_ADDON_PATH)) {
-    loadError = `${SHM_ADDON_PATH} is not built (run node-gyp rebuild)`;
-  } else {
-    try {
-      addon = createRequire(import.meta.url)(SHM_ADDON_PATH) as ShmAddon;
-    } catch (err) {
-      loadError = `could not load ${SHM_ADDON_PATH}: ${(err as Error).message}`;
-    }
-  }
-  return addon;
-}
 
 function disabled(): boolean {
   return process.env.TENSORGATE_NO_MMAP === '1';
@@ -45,13 +13,13 @@ function disabled(): boolean {
 
 /** True when mapFile maps: the addon is built and loads, and TENSORGATE_NO_MMAP=1 is not set. */
 export function shmMapAvailable(): boolean {
-  return !disabled() && load() !== null;
+  return !disabled() && nativeAddon() !== null;
 }
 
 /** Why shmMapAvailable() is false (for logs and benchmarks); undefined when it is true. */
 export function shmMapUnavailableReason(): string | undefined {
   if (disabled()) return 'TENSORGATE_NO_MMAP=1';
-  return load() === null ? loadError : undefined;
+  return nativeAddonError();
 }
 
 /**
@@ -64,7 +32,7 @@ export function shmMapUnavailableReason(): string | undefined {
  */
 export function mapFile(fd: number, length: number): Buffer | undefined {
   if (disabled()) return undefined;
-  const native = load();
+  const native = nativeAddon();
   if (!native) return undefined;
   return Buffer.from(native.map(fd, length));
 }
@@ -77,7 +45,7 @@ export function mapFile(fd: number, length: number): Buffer | undefined {
  */
 export function preallocateFile(fd: number, length: number): boolean {
   if (disabled()) return false;
-  const native = load();
+  const native = nativeAddon();
   if (!native) return false;
   native.allocate(fd, length);
   return true;
