@@ -85,6 +85,21 @@ static void throw_errno(napi_env env, int err, const char *syscall, const char *
   napi_throw(env, error);
 }
 
+/*
+ * Reads up to `max` arguments into argv; answers how many were given, or 0 (having thrown) when
+ * fewer than `required` were, with `usage` as the message.
+ */
+static size_t get_args(napi_env env, napi_callback_info info, napi_value *argv, size_t max, size_t required,
+                       const char *usage) {
+  size_t argc = max;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return 0;
+  if (argc < required) {
+    napi_throw_type_error(env, "ERR_MISSING_ARGS", usage);
+    return 0;
+  }
+  return argc;
+}
+
 /* Reads argv[index] as an integer in [min, max]; throws and returns 0 otherwise. */
 static int get_integer(napi_env env, napi_value value, const char *name, double min, double max, double *out) {
   napi_valuetype type;
@@ -112,13 +127,9 @@ static void unmap(napi_env env, void *data, void *hint) {
 }
 
 static napi_value map(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
-  if (argc < 2) {
-    napi_throw_type_error(env, "ERR_MISSING_ARGS", "map(fd, length[, readOnly]) needs fd and length");
-    return NULL;
-  }
+  size_t argc = get_args(env, info, argv, 3, 2, "map(fd, length[, readOnly]) needs fd and length");
+  if (argc == 0) return NULL;
   double fd_d, length_d;
   if (!get_integer(env, argv[0], "fd", 0, 2147483647.0, &fd_d)) return NULL;
   if (!get_integer(env, argv[1], "length", 1, MAX_SAFE, &length_d)) return NULL;
@@ -172,13 +183,8 @@ static napi_value map(napi_env env, napi_callback_info info) {
 }
 
 static napi_value allocate(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
   napi_value argv[2];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
-  if (argc < 2) {
-    napi_throw_type_error(env, "ERR_MISSING_ARGS", "allocate(fd, length) needs fd and length");
-    return NULL;
-  }
+  if (get_args(env, info, argv, 2, 2, "allocate(fd, length) needs fd and length") == 0) return NULL;
   double fd_d, length_d;
   if (!get_integer(env, argv[0], "fd", 0, 2147483647.0, &fd_d)) return NULL;
   if (!get_integer(env, argv[1], "length", 1, MAX_SAFE, &length_d)) return NULL;
@@ -194,13 +200,8 @@ static napi_value allocate(napi_env env, napi_callback_info info) {
 }
 
 static napi_value open_beneath(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
-  if (argc < 3) {
-    napi_throw_type_error(env, "ERR_MISSING_ARGS", "openBeneath(dirFd, path, flags) needs all three");
-    return NULL;
-  }
+  if (get_args(env, info, argv, 3, 3, "openBeneath(dirFd, path, flags) needs all three") == 0) return NULL;
   double dir_d, flags_d;
   if (!get_integer(env, argv[0], "dirFd", 0, 2147483647.0, &dir_d)) return NULL;
   if (!get_integer(env, argv[2], "flags", 0, 2147483647.0, &flags_d)) return NULL;
