@@ -9,7 +9,7 @@ import {
   rmSync,
   statSync,
 } from 'node:fs';
-import { basename, dirname, extname, isAbsolute, join, relative } from 'node:path';
+import { basename, dirname, extname, isAbsolute, join } from 'node:path';
 import { parse as parseCsv } from 'csv-parse/sync';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema } from 'hyparquet';
 import { tgError } from '../errors.js';
@@ -19,6 +19,7 @@ import {
   inFolderOf,
   insideRoots,
   openAllowedFile,
+  pathBeneath,
 } from '../security/confined-files.js';
 import type { TensorLayout } from '../tensor/npy.js';
 import { readNpyLayout, readSafetensorsLayouts } from '../tensor/tensor-file.js';
@@ -163,12 +164,6 @@ function allowedFolder(folder: string, roots: string[]): string {
   return real;
 }
 
-/** Whether `real` lies in `folder` (both real paths) or under it. */
-function within(real: string, folder: string): boolean {
-  const rel = relative(folder, real);
-  return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
-}
-
 /** Regular files under `folder`; links are followed only where they stay inside it. */
 function walk(folder: string, recursive: boolean): string[] {
   const out: string[] = [];
@@ -185,7 +180,7 @@ function walk(folder: string, recursive: boolean): string[] {
         } catch {
           continue; // a dangling link is not an item
         }
-        if (within(real, folder) && statSync(real).isFile()) out.push(path);
+        if (pathBeneath(folder, real) !== undefined && statSync(real).isFile()) out.push(path);
       }
     }
   };

@@ -30,10 +30,16 @@ const READ = O_RDONLY | O_NONBLOCK | O_NOCTTY;
 
 /** Whether `real`, a path with no links left in it, is one of the roots or lies under one. */
 export function insideRoots(real: string, roots: readonly string[]): boolean {
-  return roots.some((root) => {
-    const rel = relative(realRoot(root), real);
-    return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
-  });
+  return roots.some((root) => pathBeneath(realRoot(root), real) !== undefined);
+}
+
+/**
+ * `path` relative to `folder` where it is the folder itself ('') or lies under it, by their names
+ * alone (neither is resolved); undefined otherwise.
+ */
+export function pathBeneath(folder: string, path: string): string | undefined {
+  const rel = relative(folder, path);
+  return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel)) ? rel : undefined;
 }
 
 /**
@@ -83,8 +89,8 @@ export function openWithoutLinks(path: string, roots: readonly string[], flags =
   if (!isAbsolute(path) || normalize(path) !== path) return undefined;
   for (const root of roots) {
     const base = realRoot(root);
-    const rel = relative(base, path);
-    if (rel === '' || rel.startsWith('..') || isAbsolute(rel)) continue;
+    const rel = pathBeneath(base, path);
+    if (!rel) continue; // not under this root, or the root itself
     const folder = rootFolder(root, base);
     if (folder === undefined) continue;
     try {
@@ -251,12 +257,13 @@ function openThroughFolder(
   outside: () => Error,
 ): { fd: number; real: string } {
   try {
-    return inFolderOf(path, roots, (folder, name) => {
-      if (!folder.allows(name)) throw outside();
-      return { fd: folder.openFile(name, READ, `input "${input}"`), real: join(folder.real, name) };
-    });
+    return inFolderOf(path, roots, (folder, name) => ({
+      fd: folder.openFile(name, READ, `input "${input}"`),
+      real: join(folder.real, name),
+    }));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'PATH_NOT_ALLOWED') throw outside(); // in the input's own words
     if (code === 'ENOENT' || code === 'ENOTDIR') throw insideRoots(resolve(path), roots) ? notFound() : outside();
     // The file's own name is a link (ELOOP under O_NOFOLLOW): open what it leads to, checked the same way.
     if (code !== 'ELOOP') throw err;
