@@ -56,8 +56,14 @@ describe('bench/processing (smoke)', { timeout: 300_000 }, () => {
     const stages = file.stages['tensorgate-tool-stdio'];
     assert.ok((stages?.preprocess_ms ?? 0) > 0 && (stages?.compute_ms ?? 0) > 0);
     assert.deepEqual(Object.keys(file.gateway_cpu ?? {}), ['tensorgate-tool-stdio', 'tensorgate-tool-http']);
-    for (const c of Object.values(file.gateway_cpu ?? {}))
-      assert.ok(c.ms_per_image > 0 && c.main_ms_per_image > 0 && c.main_ms_per_image <= c.ms_per_image * 1.5);
+    // Both figures are there for each system. /proc counts CPU in 10 ms ticks, and 30 smoke calls
+    // are a few ticks, in which the process's and its main thread's counts can disagree either
+    // way (a run read 0.667 ms for the process and 1.333 for its main thread): no bound here
+    // between the two; the full runs in docs/benchmarks.md make thousands of calls.
+    for (const c of Object.values(file.gateway_cpu ?? {})) {
+      assert.equal(c.calls, 30);
+      assert.ok(c.ms_per_image >= 0 && c.main_ms_per_image >= 0 && c.ms_per_image + c.main_ms_per_image > 0);
+    }
     assert.equal(file.targets.length, 2, 'the concurrency-1 targets; LitServe was not run');
     const section = renderProcessing([file]);
     assert.match(section, /^## Image files in, labels out \(bench\/processing\)/);
