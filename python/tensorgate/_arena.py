@@ -94,12 +94,15 @@ def _byte_count(nbytes: object) -> int:
 
 def numel_of(shape: object) -> int:
     """Elements in a wire shape; BAD_TENSOR unless it is a list of non-negative integers."""
-    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-        raise WorkerError(BAD_TENSOR, f"shape {shape!r} is not a list of non-negative integers")
-    numel = 1
-    for d in shape:
-        numel *= d
-    return numel
+    if isinstance(shape, list):
+        numel = 1
+        for d in shape:
+            if type(d) is not int or d < 0:  # not bool either: JSON's true is no dimension
+                break
+            numel *= d
+        else:
+            return numel
+    raise WorkerError(BAD_TENSOR, f"shape {shape!r} is not a list of non-negative integers")
 
 
 class FreeList:
@@ -458,11 +461,14 @@ class OutArena:
         one after another without a synchronise each, and the caller synchronises once before the
         slots are read (the worker does, before it answers). Into page-locked arenas the copies
         are DMA; into pageable memory CUDA completes them before returning anyway."""
-        shape = list(tensor.shape)
-        nbytes = tensor.numel() * ITEMSIZE[dtype]
+        numel = tensor.numel()
+        nbytes = numel * ITEMSIZE[dtype]
         offset = self.allocate(nbytes)
+        if numel == 0:
+            return offset, 0
         try:
-            self.view(offset, dtype, shape).copy_(tensor, non_blocking=tensor.is_cuda)
+            slot = torch.frombuffer(self._map, dtype=dtype, count=numel, offset=offset)
+            slot.view(tensor.shape).copy_(tensor, non_blocking=tensor.is_cuda)
         except BaseException:
             self.slots.free(offset)
             raise

@@ -672,6 +672,19 @@ class Processing:
         assert self.handler is not None
         return self.handler.preprocess(items, self.dtypes)
 
+    def answers(
+        self, outputs: list[tuple[Any, torch.Tensor]], items: dict[str, list[bytes]]
+    ) -> list[Any] | None:
+        """The JSON answers, one per row, that the handler's postprocess or the text output make
+        of the model's outputs (paired with their specs); None when the outputs are the answer."""
+        handler = self.handler
+        if handler is not None and handler.answers:
+            rows = len(next(iter(items.values()), []))
+            return handler.postprocess({s.name: t for s, t in outputs}, items, rows)
+        if self.text_output is not None:
+            return self.text_output.decode({s.name: t for s, t in outputs})
+        return None
+
     def tensors(
         self,
         name: str,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -31,6 +30,8 @@ class Runner:
         self.spec = spec
         self.device = loaded.device
         self.variants: Variants | None = None
+        #: The model's inputs in the order it takes them.
+        self.input_names = [s.name for s in spec.inputs]
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -74,10 +75,14 @@ class Runner:
         variant: Variant | None = None,
     ) -> Named:
         """The forward pass of one variant, synchronised; model errors become INFERENCE_FAILED."""
-        context = variant.context(self.device.type) if variant is not None else nullcontext()
+        autocast = variant.autocast if variant is not None else None
         try:
-            with torch.inference_mode(), context:
-                result = module(*inputs)
+            with torch.inference_mode():
+                if autocast is None:
+                    result = module(*inputs)
+                else:
+                    with torch.autocast(device_type=self.device.type, dtype=autocast):
+                        result = module(*inputs)
             self.sync()
         except WorkerError:
             raise

@@ -20,7 +20,6 @@ other variants (plain fp32 at least) serve: a variant never takes its model down
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import time
 import warnings
@@ -143,11 +142,6 @@ class Variant:
     @property
     def ready(self) -> bool:
         return self.state == "ready"
-
-    def context(self, device_type: str) -> contextlib.AbstractContextManager[Any]:
-        if self.autocast is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device_type, dtype=self.autocast)
 
     def report(self) -> dict[str, Any]:
         """What the gateway shows of it (describe_model)."""

@@ -32,7 +32,7 @@ from ._errors import (
 )
 from ._loader import ModelSpec, load_model, supported_formats
 from ._processing import Geometry, Processing, split_items
-from ._runner import Runner
+from ._runner import Named, Runner
 from ._variants import VariantOptions
 
 log = logging.getLogger("tensorgate.worker")
@@ -211,38 +211,72 @@ class Worker:
         if runner is None:
             raise WorkerError(BAD_PARAMETER, "infer before load: this worker holds no model yet")
         headers = message.get("inputs")
-        if not isinstance(headers, list) or not all(isinstance(h, dict) for h in headers):
+        if not isinstance(headers, list):
             raise WorkerError(BAD_TENSOR, "infer needs 'inputs': a list of tensor headers")
         parameters = message.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise WorkerError(BAD_PARAMETER, "'parameters' must be an object")
         variant = runner.variants.get(parameters.get("precision") or "fp32")  # type: ignore[union-attr]
-
+        processing = self.processing
+        # Only the stages a request has are timed and reported: a plain tensor request is the
+        # hot path, where every clock read and dict entry is a share of the fixed cost.
+        timings: Message = {}
         t0 = time.perf_counter()
         reads = message.get("reads")
         if reads is not None:
             read_files(self.arena_in, reads)
-        read_ms = _ms(t0, time.perf_counter())
-        t0 = time.perf_counter()
-        geometry: dict[str, list[Geometry]] | None = (
-            {} if self.processing is not None and self.processing.wants_geometry else None
-        )
-        inputs, items = self._inputs(headers, runner, geometry)
-        preprocess_ms = _ms(t0, time.perf_counter())
-        t0 = time.perf_counter()
+            t1 = time.perf_counter()
+            timings["read_ms"] = _ms(t0, t1)
+            t0 = t1
+        items: dict[str, list[bytes]] = {}
+        geometry: dict[str, list[Geometry]] | None = None
+        if processing is None:
+            inputs = self._tensor_inputs(headers, runner)
+        else:
+            geometry = {} if processing.wants_geometry else None
+            inputs, items = self._inputs(headers, runner, geometry)
+            t1 = time.perf_counter()
+            timings["preprocess_ms"] = _ms(t0, t1)
+            t0 = t1
         inputs = runner.to_device(inputs)
         t1 = time.perf_counter()
         outputs = runner.run(variant, inputs)
         del inputs  # the arena views are only valid until we answer
         t2 = time.perf_counter()
-        handler = self.processing.handler if self.processing is not None else None
-        answers = None
-        if handler is not None and handler.answers:
-            rows = len(next(iter(items.values()), []))
-            answers = handler.postprocess({s.name: t for s, t in outputs}, items, rows)
-        elif self.processing is not None and self.processing.text_output is not None:
-            answers = self.processing.text_output.decode({s.name: t for s, t in outputs})
-        t_post = time.perf_counter()
+        timings["h2d_ms"] = _ms(t0, t1)
+        timings["compute_ms"] = _ms(t1, t2)
+        reply: Message = {}
+        if processing is not None:
+            answers = processing.answers(outputs, items)
+            if answers is not None:
+                reply["answers"] = answers
+                t_post = time.perf_counter()
+                timings["postprocess_ms"] = _ms(t2, t_post)
+                t2 = t_post
+        written = self._write_outputs(outputs, runner)
+        t3 = time.perf_counter()
+        timings["d2h_ms"] = _ms(t2, t3)
+        reply["outputs"] = written
+        writes = message.get("writes")
+        if writes is not None:
+            try:
+                reply["written"] = write_files(
+                    self.arena_out,
+                    {e["name"]: (e["offset"], e["nbytes"], e["shape"]) for e in written},
+                    writes,
+                )
+            except BaseException:
+                self._release([entry["offset"] for entry in written])
+                raise
+            timings["write_ms"] = _ms(t3, time.perf_counter())
+        if geometry:
+            reply["geometry"] = {k: [g.json() for g in v] for k, v in geometry.items()}
+        reply["timings"] = timings
+        return reply
+
+    def _write_outputs(self, outputs: Named, runner: Runner) -> list[Message]:
+        """Copies the outputs into output-arena slots: their headers, after one wait for all the
+        device-to-host copies (``OutArena.write`` only queues a CUDA tensor's copy)."""
         written: list[Message] = []
         try:
             for spec, tensor in outputs:
@@ -256,79 +290,68 @@ class Worker:
                         "nbytes": nbytes,
                     }
                 )
-            # The outputs' device-to-host copies were queued (arena.write): one wait for all.
             runner.sync()
-            t3 = time.perf_counter()
-            writes = message.get("writes")
-            files_written = (
-                None
-                if writes is None
-                else write_files(
-                    self.arena_out,
-                    {e["name"]: (e["offset"], e["nbytes"], e["shape"]) for e in written},
-                    writes,
-                )
-            )
         except BaseException:
             # No queued copy may land in a slot after it is freed and handed out again.
             with contextlib.suppress(Exception):
                 runner.sync()
-            for entry in written:
-                self.arena_out.release(entry["offset"])
+            self._release([entry["offset"] for entry in written])
             raise
-        t4 = time.perf_counter()
-        return {
-            "outputs": written,
-            **({"written": files_written} if files_written is not None else {}),
-            **({"answers": answers} if answers is not None else {}),
-            **(
-                {"geometry": {k: [g.json() for g in v] for k, v in geometry.items()}}
-                if geometry
-                else {}
-            ),
-            "timings": {
-                "h2d_ms": _ms(t0, t1),
-                "compute_ms": _ms(t1, t2),
-                "d2h_ms": _ms(t_post, t3),
-                **({"preprocess_ms": preprocess_ms} if self.processing is not None else {}),
-                **({"postprocess_ms": _ms(t2, t_post)} if answers is not None else {}),
-                **({"read_ms": read_ms} if reads is not None else {}),
-                **({"write_ms": _ms(t3, t4)} if files_written is not None else {}),
-            },
-        }
+        return written
+
+    def _tensor_inputs(self, headers: list[Any], runner: Runner) -> list[torch.Tensor]:
+        """The inputs of a model without processing, in its declared order: tensors viewed in
+        the arena where they are."""
+        arena = self.arena_in
+        by_name: dict[str, torch.Tensor] = {}
+        for h in headers:
+            if not isinstance(h, dict):
+                raise WorkerError(BAD_TENSOR, "infer needs 'inputs': a list of tensor headers")
+            if h.get("bytes"):
+                raise WorkerError(
+                    BAD_TENSOR, f"input {h.get('name')!r} is BYTES but this model has no processing"
+                )
+            by_name[str(h.get("name"))] = arena.tensor(
+                to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes")
+            )
+        try:
+            return [by_name[name] for name in runner.input_names]
+        except KeyError:
+            missing = [name for name in runner.input_names if name not in by_name]
+            raise WorkerError(BAD_TENSOR, f"infer is missing model inputs {missing}") from None
 
     def _inputs(
         self,
-        headers: list[Message],
+        headers: list[Any],
         runner: Runner,
         geometry: dict[str, list[Geometry]] | None = None,
     ) -> tuple[list[torch.Tensor], dict[str, list[bytes]]]:
-        """The model's inputs in its declared order: tensors viewed in the arena as they are,
-        BYTES inputs (image files, texts, recordings) decoded by the model's processing; and,
-        for a model with a handler, the items it was given (its postprocess sees them again).
-        Image items' geometry goes into ``geometry`` when one is given."""
+        """The inputs of a model with processing, in its declared order: tensors viewed in the
+        arena as they are, BYTES inputs (image files, texts, recordings) decoded by the model's
+        processing; and, for a model with a handler, the items it was given (its postprocess sees
+        them again). Image items' geometry goes into ``geometry`` when one is given."""
+        processing = self.processing
+        assert processing is not None
         by_name: dict[str, torch.Tensor] = {}
         handed: dict[str, list[bytes]] = {}
         for h in headers:
+            if not isinstance(h, dict):
+                raise WorkerError(BAD_TENSOR, "infer needs 'inputs': a list of tensor headers")
             if not h.get("bytes"):
                 by_name[str(h.get("name"))] = self.arena_in.tensor(
                     to_torch(h.get("dtype")), h.get("shape"), h.get("offset"), h.get("nbytes")
                 )
                 continue
-            if self.processing is None:
-                raise WorkerError(
-                    BAD_TENSOR, f"input {h.get('name')!r} is BYTES but this model has no processing"
-                )
             shape = h.get("shape")
             if not isinstance(shape, list) or len(shape) != 1 or not isinstance(shape[0], int):
                 raise WorkerError(BAD_TENSOR, f"a BYTES input has shape [items], not {shape!r}")
             view = self.arena_in.view(h.get("offset"), h.get("nbytes"))
             items = split_items(view, shape[0], str(h.get("name")))
             try:
-                if self.processing.handler is not None:
+                if processing.handler is not None:
                     handed[str(h.get("name"))] = [bytes(item) for item in items]
                 else:
-                    by_name.update(self.processing.tensors(str(h.get("name")), items, geometry))
+                    by_name.update(processing.tensors(str(h.get("name")), items, geometry))
             finally:
                 # The decoded tensors are copies: the arena views go now, so a remap can retire
                 # the old mapping.
@@ -336,12 +359,12 @@ class Worker:
                     item.release()
                 view.release()
         if handed:
-            by_name.update(self.processing.handled(handed))  # type: ignore[union-attr]
-        missing = [s.name for s in runner.spec.inputs if s.name not in by_name]
+            by_name.update(processing.handled(handed))
+        missing = [name for name in runner.input_names if name not in by_name]
         if missing:
             made = " (the processing handler did not make them)" if handed else ""
             raise WorkerError(BAD_TENSOR, f"infer is missing model inputs {missing}{made}")
-        return [by_name[s.name] for s in runner.spec.inputs], handed
+        return [by_name[name] for name in runner.input_names], handed
 
     def _release(self, offsets: object) -> None:
         for offset in offsets if isinstance(offsets, list) else []:
