@@ -17,6 +17,7 @@ import { GpuSampler } from './metrics/gpu.js';
 import { InferenceStats } from './metrics/inference-stats.js';
 import { PrometheusMetrics } from './metrics/prometheus.js';
 import { RequestWindow } from './metrics/request-window.js';
+import { AfterAnswers } from './observability/after-answers.js';
 import type { Logger } from './observability/logger.js';
 import type { Adapter, RequestObserver } from './observability/request-observer.js';
 import { defaultVersion, type ModelConfig } from './registry/model-config.js';
@@ -178,7 +179,7 @@ export class Gateway {
   /** Prometheus metrics for /metrics. */
   readonly metrics: PrometheusMetrics = new PrometheusMetrics(this);
   /** The last few thousand requests of each version: percentiles, rates, diagnoses. */
-  readonly window = new RequestWindow();
+  private readonly requestWindow = new RequestWindow();
   /** GPU utilisation and memory; `serve` starts it, and it reports nothing where there is no GPU. */
   readonly gpu = new GpuSampler();
   /** Training runs in the runs directory; `serve` starts its polling, other commands query on demand. */
@@ -197,6 +198,10 @@ export class Gateway {
   private readonly modelListeners = new Set<() => void>();
   /** The request log and the tracer, when attached; with none, requests pay nothing for them. */
   private observers: RequestObserver[] = [];
+  /** What an answered request records (metrics, window, observers), done once its answer has left. */
+  private readonly afterAnswers = new AfterAnswers((err) =>
+    this.log(`could not record an answered request: ${(err as Error)?.message ?? String(err)}`, { level: 'error' }),
+  );
   private closed = false;
   private startingUp = false;
 
@@ -697,6 +702,23 @@ export class Gateway {
     };
   }
 
+  /**
+   * The last few thousand requests of each version, every answered one included: the records
+   * still queued to be made after their answers (AfterAnswers) are made first.
+   */
+  get window(): RequestWindow {
+    this.afterAnswers.flush();
+    return this.requestWindow;
+  }
+
+  /**
+   * Makes now the records that answered requests still have queued: what a reader of the metrics
+   * calls first, so that a request answered before it asked is counted.
+   */
+  flushRecords(): void {
+    this.afterAnswers.flush();
+  }
+
   /** decode -> queue -> engine, timed; what every inference adapter shares. */
   private async execute(
     request: {
@@ -799,26 +821,32 @@ export class Gateway {
           encode_ms: round(end - encodeStart),
           total_ms: round(end - start),
         };
-        this.metrics.recordSuccess(model, modelVersion, route.variant, timings, rows, response.batchSize);
-        if (this.metrics.enabled)
-          this.window.recordSuccess(model, modelVersion, requestId, timings, response.batchSize, rows, inputs[0]?.form);
-        if (this.observers.length > 0) {
-          const finished = {
-            request_id: requestId,
-            model,
-            version: modelVersion,
-            adapter,
-            variant: route.variant,
-            batch_size: response.batchSize,
-            rows,
-            timings,
-            startedAt: start,
-            decodeStartedAt: decodeStart,
-            encodeStartedAt: encodeStart,
-            endedAt: end,
-          };
-          for (const observer of this.observers) observer.finished(finished);
-        }
+        // Only what the records need is kept until they are made: not the inputs or the outputs.
+        const form = inputs[0]?.form;
+        const batchSize = response.batchSize;
+        const variant = route.variant;
+        this.afterAnswers.add(() => {
+          this.metrics.recordSuccess(model, modelVersion, variant, timings, rows, batchSize);
+          if (this.metrics.enabled)
+            this.window.recordSuccess(model, modelVersion, requestId, timings, batchSize, rows, form);
+          if (this.observers.length > 0) {
+            const finished = {
+              request_id: requestId,
+              model,
+              version: modelVersion,
+              adapter,
+              variant,
+              batch_size: batchSize,
+              rows,
+              timings,
+              startedAt: start,
+              decodeStartedAt: decodeStart,
+              encodeStartedAt: encodeStart,
+              endedAt: end,
+            };
+            for (const observer of this.observers) observer.finished(finished);
+          }
+        });
         return timings;
       },
     };
@@ -835,22 +863,32 @@ export class Gateway {
 
   private countFailure(error: TensorgateError, where: FailureContext): TensorgateError {
     counted.add(error);
-    if (this.metrics.enabled) {
-      this.metrics.recordFailure(where.model, where.version, error);
-      this.window.recordFailure(where.model, where.version, where.requestId ?? '', where.totalMs ?? 0, error.code);
-    }
-    if (this.observers.length > 0) {
-      const failed = {
-        request_id: where.requestId,
-        model: where.model,
-        version: where.version,
-        adapter: where.adapter,
-        error,
-        total_ms: where.totalMs === undefined ? undefined : round(where.totalMs),
-        endedAt: performance.now(),
-      };
-      for (const observer of this.observers) observer.failed(failed);
-    }
+    const endedAt = performance.now();
+    // Made after the answer, like a finished request's, so that the records keep their order.
+    this.afterAnswers.add(() => {
+      if (this.metrics.enabled) {
+        this.metrics.recordFailure(where.model, where.version, error);
+        this.requestWindow.recordFailure(
+          where.model,
+          where.version,
+          where.requestId ?? '',
+          where.totalMs ?? 0,
+          error.code,
+        );
+      }
+      if (this.observers.length > 0) {
+        const failed = {
+          request_id: where.requestId,
+          model: where.model,
+          version: where.version,
+          adapter: where.adapter,
+          error,
+          total_ms: where.totalMs === undefined ? undefined : round(where.totalMs),
+          endedAt,
+        };
+        for (const observer of this.observers) observer.failed(failed);
+      }
+    });
     return error;
   }
 
@@ -867,6 +905,7 @@ export class Gateway {
     this.gpu.stop();
     await this.models.closeAll(graceMs);
     await this.registry.close();
+    this.afterAnswers.flush();
   }
 
   /** The pool serving a version; an unloaded version starts loading and the request waits for it. */

@@ -105,6 +105,7 @@ export async function serveHttp(
   });
   router.on('GET', '/metrics', (req, res) => {
     if (!mayReadMetrics(gateway, req, res)) return;
+    gateway.flushRecords();
     gateway.metrics.render().then(
       ({ text, contentType }) => res.writeHead(200, { 'content-type': contentType }).end(text),
       (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err)),

@@ -4,34 +4,18 @@ import type { FailedRequest, FinishedRequest, RequestObserver } from './request-
 /**
  * One log record per inference request: `inference` at info when it finished, `inference failed`
  * at warn when it did not. With the level above that, a request costs one level check and no
- * record is built. Records are written on the next turn of the event loop, after the answer has
- * gone out, so that building and writing them is not part of any request's latency.
+ * record is built. The gateway tells its observers after the answer has gone out (AfterAnswers),
+ * so building and writing a record is not part of any request's latency.
  */
 export class RequestLog implements RequestObserver {
-  private pending: (FinishedRequest | FailedRequest)[] = [];
-
   constructor(private readonly logger: PinoLogger) {}
 
   finished(r: FinishedRequest): void {
-    if (this.logger.isLevelEnabled('info')) this.defer(r);
+    if (this.logger.isLevelEnabled('info')) this.writeFinished(r);
   }
 
   failed(r: FailedRequest): void {
-    if (this.logger.isLevelEnabled('warn')) this.defer(r);
-  }
-
-  /** Writes the records still waiting (on shutdown). */
-  readonly flush = (): void => {
-    const batch = this.pending;
-    this.pending = [];
-    for (const r of batch) {
-      if ('timings' in r) this.writeFinished(r);
-      else this.writeFailed(r);
-    }
-  };
-
-  private defer(r: FinishedRequest | FailedRequest): void {
-    if (this.pending.push(r) === 1) setImmediate(this.flush);
+    if (this.logger.isLevelEnabled('warn')) this.writeFailed(r);
   }
 
   private writeFinished(r: FinishedRequest): void {
