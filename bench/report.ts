@@ -15,6 +15,7 @@ import { parseArgs } from 'node:util';
 import { renderBatching } from './batching/render.js';
 import { renderEngines } from './engines/render.js';
 import { renderFixedCost } from './fixed-cost/render.js';
+import { renderFixedCostAb } from './fixed-cost/render-ab.js';
 import { renderGpuCheck } from './gpu/render.js';
 import { renderGpuServing } from './gpu/serving-render.js';
 import { renderJobs } from './jobs/render.js';
@@ -54,6 +55,7 @@ type Renderer = (runs: ResultFile[]) => string;
 const RENDERERS: Record<string, Renderer> = {
   'mcp-overhead': renderMcpOverhead,
   'fixed-cost': renderFixedCost,
+  'fixed-cost-ab': renderFixedCostAb,
   'large-body': renderLargeBody,
   'shm-map': renderShmMap,
   batching: renderBatching,
@@ -109,6 +111,7 @@ function main(): void {
     'node --import tsx bench/mcp-overhead/run.ts            # about 1-2 minutes on 2 cores',
     'node --import tsx bench/mcp-overhead/run.ts --profile  # optional: where the time goes',
     'node --import tsx bench/fixed-cost/run.ts              # about 1 minute on 2 cores',
+    'node --import tsx bench/fixed-cost/ab.ts --a DIR --b DIR  # two builds interleaved: about 3 minutes',
     'node --import tsx bench/large-body/run.ts              # about 2 minutes on 2 cores',
     'node --import tsx bench/shm-map/run.ts                 # about 5 seconds on 2 cores',
     'node --import tsx bench/batching/run.ts                # about 4 minutes on 2 cores',

@@ -43,3 +43,24 @@ export interface FixedCostResult {
   targets: TargetResult[];
   median_raw_ms: number;
 }
+
+/** What bench/fixed-cost/ab.ts writes to bench/results/fixed-cost-ab-<time>.json. */
+export interface FixedCostAbResult {
+  benchmark: 'fixed-cost-ab';
+  date: string;
+  profiled: false;
+  machine: MachineInfo;
+  /** Each build: its checkout and commit, and what it is. */
+  a: { root: string; commit: string; label?: string };
+  b: { root: string; commit: string; label?: string };
+  config: { calls: number; rounds: number; warmup: number; spin_us: number; seconds: number };
+  results: {
+    scenario: string;
+    p50_a_ms: number;
+    p50_b_ms: number;
+    /** Median over rounds of (B's block median - A's), µs. */
+    diff_us: number;
+    /** Rounds whose B block median was below A's. */
+    b_faster_rounds: number;
+  }[];
+}

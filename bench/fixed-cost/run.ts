@@ -32,26 +32,23 @@
  * gateway and of the model's worker (from /proc), which is what the spin costs.
  * Results go to bench/results/fixed-cost-<time>.json; `node --import tsx bench/report.ts` renders them.
  */
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import type { StageTimings } from '../../src/gateway.js';
-import { encodeNpy } from '../../src/tensor/npy.js';
-import { buildDemoModels, makeVariant } from '../batching/models.js';
 import { cpuMs } from '../cpu.js';
 import { BaselineProcess, EchoConnection, McpConnection } from '../mcp-overhead/clients.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, medianPerKey, round } from '../mcp-overhead/stats.js';
 import { binaryRequest, postForHeader } from '../oip/requests.js';
 import { startProcess, startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
+import { fixedCostModels, INPUT, MODEL, SPIN_MODEL } from './models.js';
 import type { FixedCostResult, ScenarioResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const MODEL = 'tabular-classifier';
-const SPIN_MODEL = 'tabular-spin';
 /** The issue's targets: over the raw forward, in ms. */
 const OIP_TARGET_MS = 0.25;
 const STDIO_TARGET_MS = 0.25;
@@ -70,24 +67,6 @@ const calls = Number(opts.calls);
 const rounds = Number(opts.rounds);
 const warmup = Number(opts.warmup);
 const spinUs = Number(opts['spin-us']);
-
-/** The model repository: the tabular model as it ships, and a copy of it that spins. */
-function repository(work: string): { repo: string; plainDir: string } {
-  const demo = join(ROOT, 'models');
-  buildDemoModels(ROOT, pythonExecutable(), demo);
-  const repo = join(work, 'models');
-  const plain = makeVariant('tabular', demo, repo, null);
-  const dir = join(repo, SPIN_MODEL);
-  cpSync(plain.dir, dir, { recursive: true });
-  const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as {
-    name: string;
-    resources: Record<string, unknown>;
-  };
-  config.name = SPIN_MODEL;
-  config.resources.spin_us = spinUs;
-  writeFileSync(join(dir, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
-  return { repo, plainDir: plain.dir };
-}
 
 interface Scenario {
   name: string;
@@ -112,10 +91,7 @@ function stageTimings(p: Record<string, number>): StageTimings {
 
 async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), 'tg-bench-fixed-'));
-  const { repo: models, plainDir } = repository(work);
-  const input = new Float32Array([5.1, 3.5, 1.4, 0.2]);
-  const npy = join(work, 'row.npy');
-  writeFileSync(npy, encodeNpy({ dtype: 'float32', shape: [1, 4], data: new Uint8Array(input.buffer) }));
+  const { repo: models, plainDir, npy } = fixedCostModels(ROOT, work, spinUs);
 
   process.stderr.write('starting the servers and the baseline...\n');
   const http = await startTensorgate(ROOT, models, work, /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/, [
@@ -143,7 +119,7 @@ async function main(): Promise<void> {
     ...(uncheckedInfo.unchecked ? [{ name: 'raw/unchecked', process: unchecked }] : []),
   ];
 
-  const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, input);
+  const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, INPUT);
   const oip = (model: string) => async () => {
     const header = await postForHeader(http.base, `/v2/models/${model}/infer`, body);
     return stageTimings(header.parameters as Record<string, number>);

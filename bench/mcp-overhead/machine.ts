@@ -29,7 +29,8 @@ function packageVersion(root: string, name: string): string {
   }
 }
 
-function gitCommit(root: string): string {
+/** The checkout's commit, `+dirty` when its src or python has changes not committed. */
+export function gitCommit(root: string): string {
   try {
     const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
     const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'python'], {

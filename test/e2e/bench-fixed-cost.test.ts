@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { renderFixedCost } from '../../bench/fixed-cost/render.js';
-import type { FixedCostResult } from '../../bench/fixed-cost/results.js';
+import { renderFixedCostAb } from '../../bench/fixed-cost/render-ab.js';
+import type { FixedCostAbResult, FixedCostResult } from '../../bench/fixed-cost/results.js';
 
 /**
  * A smoke run of bench/fixed-cost, short enough for CI: the real servers (HTTP and stdio), the
@@ -63,5 +64,29 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     const hop = file.scenarios.find((x) => x.name === 'floor/hop');
     assert.ok(hop?.cpu_ms_per_call && hop.cpu_ms_per_call.worker >= 0);
     assert.match(section, /The architecture floor \(`hop-server.ts`\): a bare node:http server answers/);
+  });
+
+  it('ab.ts interleaves two builds, block by block, and renders the comparison', async () => {
+    const out = join(mkdtempSync(join(tmpdir(), 'tg-fixed-cost-ab-smoke-')), 'ab.json');
+    const args = ['--a', ROOT, '--b', ROOT, '--b-label', 'the same', '--calls', '5', '--rounds', '2'];
+    await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'bench/fixed-cost/ab.ts'), ...args, '--warmup', '3', '--out', out],
+      { cwd: ROOT, timeout: 280_000 },
+    );
+    const file = JSON.parse(readFileSync(out, 'utf8')) as FixedCostAbResult;
+    assert.deepEqual(
+      file.results.map((r) => r.scenario),
+      ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin'],
+    );
+    for (const r of file.results) {
+      assert.ok(r.p50_a_ms > 0 && r.p50_b_ms > 0, r.scenario);
+      assert.ok(Number.isInteger(r.diff_us) && r.b_faster_rounds >= 0 && r.b_faster_rounds <= 2, r.scenario);
+    }
+    assert.equal(file.a.commit, file.b.commit);
+    const section = renderFixedCostAb([file]);
+    assert.match(section, /^## Two builds side by side \(bench\/fixed-cost\/ab.ts\)/);
+    assert.match(section, /against B \S+ \(the same\)/);
+    assert.match(section, /\| `stdio\/path\+spin` \| [\d.]+ \| [\d.]+ \| [+-]?\d+ \| \d\/2 \|/);
   });
 });
