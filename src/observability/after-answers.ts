@@ -3,11 +3,12 @@
  * request window, the request log and the traces of a finished request.
  *
  * It used to run inside the request, between the worker's answer and the adapter's reply, so every
- * call's latency carried it (about 30 µs of the gateway's thread per call at concurrency 1 on the
- * 2-core development VM: bench/fixed-cost, docs/architecture.md#after-the-answer). Queued here, it
- * runs in the event loop's check phase (`setImmediate`), after the adapter has encoded its reply
- * and handed it to the socket in the same turn, and before the loop polls for the next request.
- * Under load, one turn's finished requests are recorded together.
+ * call's latency carried it: 13 µs of the gateway's thread per request, warm in one process, with
+ * the request log on (docs/architecture.md#after-the-answer). Queued here, it runs in the event
+ * loop's check phase (`setImmediate`), after the adapter has encoded its reply and handed it to the
+ * socket in the same turn; under load, one turn's answered requests are recorded together. Where
+ * the reply was sent from another phase (a timer's), the next request may be read first: readers
+ * of the records flush the queue before they read (Gateway.window, /metrics).
  *
  * Nothing queued is lost: a task that throws is reported and the others still run, and `flush()`
  * runs what is left at once (the gateway's close, before the request log is flushed at exit).
