@@ -11,9 +11,10 @@
  * run.ts drift by ±20-40 µs at p50 on the 2-core development VM, more than many a change is worth.
  * Here both builds serve at once, the same model repository, and every round runs each scenario
  * as a block of `calls` sequential calls on one build and then on the other, the order alternating
- * between rounds (ABBA), so that drift hits both alike. It reports each build's p50 over all its
- * calls and the per-round differences of the block medians (B - A): their median, and how many
- * rounds B was faster, which says whether a difference is more than noise.
+ * between rounds (ABBA), so that drift hits both alike; and each build is started first for half
+ * of the rounds, since start order alone made a difference (see main). It reports each build's p50
+ * over all its calls and the per-round differences of the block medians (B - A): their median,
+ * and how many rounds B was faster. Run one build against itself to see the noise.
  *
  * Scenarios: `oip/binary` and `stdio/path` as in run.ts, each with the plain and the spinning copy
  * of the tabular model. Results go to bench/results/fixed-cost-ab-<time>.json; `bench/report.ts`
@@ -60,12 +61,12 @@ interface Build {
   close: () => Promise<void>;
 }
 
-async function startBuild(label: 'a' | 'b', root: string, models: string, work: string, npy: string): Promise<Build> {
-  const dir = join(work, label);
+/** One build's gateways, over `models`, with `dir` (made here) for their registries and input file. */
+async function startBuild(label: 'a' | 'b', root: string, models: string, dir: string, npy: string): Promise<Build> {
   mkdirSync(dir);
   const http = await startTensorgate(root, models, dir, /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/, [
     '--allow-root',
-    work,
+    dir,
   ]);
   // The stdio server's allowed root is its own work folder: the input file is copied there.
   const stdio = await McpConnection.open('stdio', { root, models, workDir: dir });
@@ -105,30 +106,42 @@ async function block(call: () => Promise<unknown>, n: number): Promise<number[]>
 async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), 'tg-bench-ab-'));
   const { repo: models, npy } = fixedCostModels(ROOT, work, spinUs);
-  process.stderr.write('starting both builds...\n');
-  const a = await startBuild('a', resolve(opts.a as string), models, work, npy);
-  const b = await startBuild('b', resolve(opts.b as string), models, work, npy);
-  const scenarios = Object.keys(a.calls);
-  const started = performance.now();
-  for (const name of scenarios)
-    for (const build of [a, b]) await block(build.calls[name] as () => Promise<unknown>, warmup);
-
+  const roots = { a: resolve(opts.a as string), b: resolve(opts.b as string) };
+  const scenarios = ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin'];
   const all = new Map<string, { a: number[]; b: number[]; diffs: number[] }>(
     scenarios.map((name) => [name, { a: [], b: [], diffs: [] }]),
   );
-  for (let r = 0; r < rounds; r++) {
-    process.stderr.write(`round ${r + 1}/${rounds}\n`);
-    const order = r % 2 === 0 ? [a, b] : [b, a];
-    for (const name of scenarios) {
-      const medians: Record<string, number> = {};
-      const into = all.get(name) as { a: number[]; b: number[]; diffs: number[] };
-      for (const build of order) {
-        const ms = await block(build.calls[name] as () => Promise<unknown>, calls);
-        into[build.label].push(...ms);
-        medians[build.label] = median(ms);
+  const started = performance.now();
+  // The build started second measured faster, whatever it was: 20-25 µs at p50 with the spinning
+  // worker when both were the same checkout. So each build is started first for half the rounds.
+  for (const [half, first] of [
+    [0, 'a'],
+    [1, 'b'],
+  ] as const) {
+    process.stderr.write(`starting both builds, ${first} first...\n`);
+    const second = first === 'a' ? 'b' : 'a';
+    const builds = {
+      [first]: await startBuild(first, roots[first], models, join(work, `${first}${half}`), npy),
+      [second]: await startBuild(second, roots[second], models, join(work, `${second}${half}`), npy),
+    } as Record<'a' | 'b', Build>;
+    for (const name of scenarios)
+      for (const build of [builds.a, builds.b]) await block(build.calls[name] as () => Promise<unknown>, warmup);
+    const halfRounds = half === 0 ? Math.ceil(rounds / 2) : Math.floor(rounds / 2);
+    for (let r = 0; r < halfRounds; r++) {
+      process.stderr.write(`round ${r + 1}/${halfRounds}\n`);
+      const order = r % 2 === 0 ? [builds.a, builds.b] : [builds.b, builds.a];
+      for (const name of scenarios) {
+        const medians: Record<string, number> = {};
+        const into = all.get(name) as { a: number[]; b: number[]; diffs: number[] };
+        for (const build of order) {
+          const ms = await block(build.calls[name] as () => Promise<unknown>, calls);
+          into[build.label].push(...ms);
+          medians[build.label] = median(ms);
+        }
+        into.diffs.push((medians.b as number) - (medians.a as number));
       }
-      into.diffs.push((medians.b as number) - (medians.a as number));
     }
+    await Promise.all([builds.a.close(), builds.b.close()]);
   }
 
   const results = scenarios.map((name) => {
@@ -151,13 +164,13 @@ async function main(): Promise<void> {
     date: new Date().toISOString(),
     profiled: false,
     machine: machineInfo(ROOT),
-    a: build(a.root, opts['a-label']),
-    b: build(b.root, opts['b-label']),
+    a: build(roots.a, opts['a-label']),
+    b: build(roots.b, opts['b-label']),
     config: { calls, rounds, warmup, spin_us: spinUs, seconds: round((performance.now() - started) / 1000, 1) },
     results,
   };
   console.log(
-    `A ${result.a.commit} ${a.root}\nB ${result.b.commit} ${b.root}\n${calls} calls per block, ${rounds} rounds (ABBA)`,
+    `A ${result.a.commit} ${roots.a}\nB ${result.b.commit} ${roots.b}\n${calls} calls per block, ${rounds} rounds (ABBA, each build started first for half of them)`,
   );
   console.log('scenario             p50 A ms  p50 B ms  B-A µs (median of rounds)  B faster in');
   for (const r of results)
@@ -169,7 +182,6 @@ async function main(): Promise<void> {
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
   process.stderr.write(`wrote ${out}\n`);
-  await Promise.all([a.close(), b.close()]);
 }
 
 main().catch(async (err: unknown) => {
