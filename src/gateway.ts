@@ -828,7 +828,7 @@ export class Gateway {
         this.afterAnswers.add(() => {
           this.metrics.recordSuccess(model, modelVersion, variant, timings, rows, batchSize);
           if (this.metrics.enabled)
-            this.window.recordSuccess(model, modelVersion, requestId, timings, batchSize, rows, form);
+            this.requestWindow.recordSuccess(model, modelVersion, requestId, timings, batchSize, rows, form);
           if (this.observers.length > 0) {
             const finished = {
               request_id: requestId,

@@ -1,6 +1,6 @@
 /**
  * Work every answered request needs but its caller does not wait for: the Prometheus metrics, the
- * request window, the request log and the traces of a finished request.
+ * request window, the request log and the traces of a request that finished or failed.
  *
  * It used to run inside the request, between the worker's answer and the adapter's reply, so every
  * call's latency carried it: 13 µs of the gateway's thread per request, warm in one process, with
