@@ -1,5 +1,7 @@
-# Sourced by the set-up, test and bench scripts (from the checkout's root): which Node and which
-# Python tensorgate runs on, in one place.
+# Sourced by the set-up, test and bench scripts: which Node and which Python tensorgate runs on, in
+# one place. Paths are the checkout's this file is in, wherever it is sourced from: a bench run with
+# the machine's older Node would start each server one process down (bin/tensorgate.js re-runs
+# itself on the project's Node), and its per-process CPU figures would miss the server.
 #
 # Node: tensorgate needs Node >= 22.15 (current LTS lines: 22 and 24). When the machine's `node` is
 # older, scripts/setup.sh installs Node $TG_NODE_VERSION from the npm registry's `node` package into
@@ -13,12 +15,13 @@
 
 TG_NODE_VERSION=24.21.0
 TG_NODE_MIN=22.15.0
-TG_VENV="$PWD/.tensorgate/venv"
+TG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TG_VENV="$TG_ROOT/.tensorgate/venv"
 
 # The folder of the project's Node (bin/node and include/node), when it is installed.
 project_node_dir() {
   local dir
-  for dir in "$PWD"/.tensorgate/node/node_modules/node/node_modules/node-linux-*; do
+  for dir in "$TG_ROOT"/.tensorgate/node/node_modules/node/node_modules/node-linux-*; do
     [[ -x $dir/bin/node ]] && { echo "$dir"; return 0; }
   done
   return 1
