@@ -54,10 +54,13 @@ const rounds = Number(opts.rounds);
 const warmup = Number(opts.warmup);
 const spinUs = Number(opts['spin-us']);
 
+const SCENARIOS = ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin'] as const;
+type Scenario = (typeof SCENARIOS)[number];
+
 interface Build {
   label: 'a' | 'b';
   root: string;
-  calls: Record<string, () => Promise<unknown>>;
+  calls: Record<Scenario, () => Promise<unknown>>;
   close: () => Promise<void>;
 }
 
@@ -107,9 +110,8 @@ async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), 'tg-bench-ab-'));
   const { repo: models, npy } = fixedCostModels(ROOT, work, spinUs);
   const roots = { a: resolve(opts.a as string), b: resolve(opts.b as string) };
-  const scenarios = ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin'];
-  const all = new Map<string, { a: number[]; b: number[]; diffs: number[] }>(
-    scenarios.map((name) => [name, { a: [], b: [], diffs: [] }]),
+  const all = new Map<Scenario, { a: number[]; b: number[]; diffs: number[] }>(
+    SCENARIOS.map((name) => [name, { a: [], b: [], diffs: [] }]),
   );
   const started = performance.now();
   // The build started second measured faster, whatever it was: 20-25 µs at p50 with the spinning
@@ -124,17 +126,16 @@ async function main(): Promise<void> {
       [first]: await startBuild(first, roots[first], models, join(work, `${first}${half}`), npy),
       [second]: await startBuild(second, roots[second], models, join(work, `${second}${half}`), npy),
     } as Record<'a' | 'b', Build>;
-    for (const name of scenarios)
-      for (const build of [builds.a, builds.b]) await block(build.calls[name] as () => Promise<unknown>, warmup);
+    for (const name of SCENARIOS) for (const build of [builds.a, builds.b]) await block(build.calls[name], warmup);
     const halfRounds = half === 0 ? Math.ceil(rounds / 2) : Math.floor(rounds / 2);
     for (let r = 0; r < halfRounds; r++) {
       process.stderr.write(`round ${r + 1}/${halfRounds}\n`);
       const order = r % 2 === 0 ? [builds.a, builds.b] : [builds.b, builds.a];
-      for (const name of scenarios) {
+      for (const name of SCENARIOS) {
         const medians: Record<string, number> = {};
         const into = all.get(name) as { a: number[]; b: number[]; diffs: number[] };
         for (const build of order) {
-          const ms = await block(build.calls[name] as () => Promise<unknown>, calls);
+          const ms = await block(build.calls[name], calls);
           into[build.label].push(...ms);
           medians[build.label] = median(ms);
         }
@@ -144,7 +145,7 @@ async function main(): Promise<void> {
     await Promise.all([builds.a.close(), builds.b.close()]);
   }
 
-  const results = scenarios.map((name) => {
+  const results = SCENARIOS.map((name) => {
     const { a: msA, b: msB, diffs } = all.get(name) as { a: number[]; b: number[]; diffs: number[] };
     return {
       scenario: name,
