@@ -24,7 +24,7 @@ export class AfterAnswers {
     this.queue.push(task);
     if (!this.scheduled) {
       this.scheduled = true;
-      setImmediate(this.flush);
+      setImmediate(this.onTurn);
     }
   }
 
@@ -33,9 +33,17 @@ export class AfterAnswers {
     return this.queue.length;
   }
 
-  /** Runs every queued task now, in the order they were added. */
-  readonly flush = (): void => {
+  /**
+   * The scheduled run. A flush by a reader in between leaves it scheduled, so tasks added after
+   * that flush still run on it, and no second turn is asked for.
+   */
+  private readonly onTurn = (): void => {
     this.scheduled = false;
+    this.flush();
+  };
+
+  /** Runs every queued task now, in the order they were added. */
+  flush(): void {
     const tasks = this.queue;
     this.queue = [];
     for (const task of tasks) {
@@ -45,5 +53,5 @@ export class AfterAnswers {
         this.onError(err);
       }
     }
-  };
+  }
 }
