@@ -29,6 +29,7 @@ import { encodeNpy } from '../../src/tensor/npy.js';
 import { makeVariant } from '../batching/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { type Distribution, distribution, median, round } from '../mcp-overhead/stats.js';
+import { startProcess, stopProcess } from '../peers/harness.js';
 import { binaryRequest, jsonRequest, type Prepared, post, sharedMemoryRequests } from './requests.js';
 import type { BlockResult, Form, ModelKey, OipResult } from './results.js';
 
@@ -102,10 +103,11 @@ function modelRepository(): string {
 }
 
 async function startServer(): Promise<{ base: string; stop: () => Promise<void> }> {
-  const models = modelRepository();
-  const child = spawn(
+  // startProcess reads the server's output only until it is ready: the request log it writes
+  // afterwards must not cost this load generator anything.
+  const { child, match } = await startProcess(
     process.execPath,
-    [join(ROOT, 'bin/tensorgate.js'), '--models', models, '--registry', join(work, 'r.db')].concat([
+    [join(ROOT, 'bin/tensorgate.js'), '--models', modelRepository(), '--registry', join(work, 'r.db')].concat([
       '--runs-dir',
       join(work, 'runs'),
       '--audit-log',
@@ -114,25 +116,10 @@ async function startServer(): Promise<{ base: string; stop: () => Promise<void> 
       '--http',
       '0',
     ]),
-    { stdio: ['ignore', 'ignore', 'pipe'] },
+    ROOT,
+    /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/,
   );
-  const base = await new Promise<string>((resolveUrl, reject) => {
-    let seen = '';
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk: string) => {
-      seen += chunk;
-      const match = /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/.exec(seen);
-      if (match) resolveUrl(match[1] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`server exited ${code}: ${seen}`)));
-  });
-  return {
-    base,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
-    },
-  };
+  return { base: match[1] as string, stop: () => stopProcess(child) };
 }
 
 /** The KServe model server with one model, on a free port; resolves once it answers ready. */

@@ -33,6 +33,7 @@ import { parseArgs } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
+import { startProcess, stopProcess } from '../peers/harness.js';
 import type { LoopResult, MicroResult, TrainingResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -67,26 +68,16 @@ async function startServer(): Promise<{ client: Client; pid: number; stop: () =>
     ...['--models', join(work, 'models'), '--registry', join(work, 'r.db')],
     ...['--runs-dir', runsDir, '--audit-log', join(work, 'audit.jsonl'), 'serve', '--http', '0'],
   ]) as [string, ...string[]];
-  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const url = await new Promise<string>((resolveUrl, reject) => {
-    let seen = '';
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk: string) => {
-      seen += chunk;
-      const match = /(http:\/\/[\d.]+:\d+\/mcp)/.exec(seen);
-      if (match) resolveUrl(match[1] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`server exited ${code}: ${seen}`)));
-  });
+  // Its output is read only until it is ready: the request log that follows costs this process nothing.
+  const { child, match } = await startProcess(command, args, ROOT, /(http:\/\/[\d.]+:\d+\/mcp)/);
   const client = new Client({ name: 'bench-agent', version: '0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  await client.connect(new StreamableHTTPClientTransport(new URL(match[1] as string)));
   return {
     client,
     pid: child.pid as number,
     stop: async () => {
       await client.close();
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
+      await stopProcess(child);
     },
   };
 }
