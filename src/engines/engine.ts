@@ -113,6 +113,13 @@ export interface EngineInstance {
   readonly label: string;
   /** The process serving it, when it is one (for monitoring and fault tests). */
   readonly pid?: number;
+  /**
+   * Requests (or batches) the instance may hold at once; 1 when unset. Above 1, the pool sends the
+   * next one while the instance is still running the last, so it finds its next work waiting when
+   * it answers instead of waiting a round trip for the gateway; it still runs them one at a time,
+   * in order, and answers them in that order.
+   */
+  readonly pipelineDepth?: number;
   start(): Promise<LoadInfo>;
   infer(request: EngineRequest): Promise<EngineResponse>;
   /** Resolves when the instance died on its own (crash), never when closed on purpose. */

@@ -51,6 +51,7 @@ const FullOut = ConciseOut.extend({
   rows_per_s: z.number(),
   stages_ms: z.record(z.string(), PercentilesOut),
   batches: z.record(z.string(), z.number()).describe('forward passes by rows per pass, since load'),
+  pipelined: z.number().describe('forward passes sent to a worker while it still ran another, since load'),
   input_forms: z.record(z.string(), z.number()).describe('how inputs arrived: array, b64, path, handle, binary'),
   workers: z.array(
     z.object({
@@ -96,6 +97,7 @@ function row(model: string, v: VersionSnapshot, full: boolean) {
     rows_per_s: w.rows_per_s,
     stages_ms: w.stages_ms,
     batches: v.batches,
+    pipelined: v.pipelined,
     input_forms: w.forms,
     workers: v.workers,
     totals: v.totals,

@@ -32,6 +32,7 @@ const VersionOut = z.object({
       queued: z.number(),
       restarts: z.number(),
       batches: z.record(z.string(), z.number()).describe('forward passes by rows per pass'),
+      pipelined: z.number().describe('forward passes sent to a worker while it still ran another'),
     })
     .optional(),
   device: z.string().optional(),

@@ -31,6 +31,8 @@ export interface VersionSnapshot {
   restarts: number;
   /** Forward passes by batch size, since load. */
   batches: Record<string, number>;
+  /** Forward passes sent to a worker while it still ran another, since load. */
+  pipelined: number;
   /** Parameters and buffers, all instances together. */
   loaded_bytes?: number;
   load_ms?: number;
@@ -99,6 +101,7 @@ export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapsh
         queued: stats?.queued ?? 0,
         restarts: stats?.restarts ?? 0,
         batches: stats?.batches ?? {},
+        pipelined: stats?.pipelined ?? 0,
         ...(v.loaded_bytes !== undefined ? { loaded_bytes: v.loaded_bytes } : {}),
         ...(v.load_ms !== undefined ? { load_ms: v.load_ms } : {}),
         ...(v.warmup_ms !== undefined ? { warmup_ms: v.warmup_ms } : {}),

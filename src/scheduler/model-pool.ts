@@ -16,7 +16,13 @@ import { Job } from './job.js';
  * The instances of one model version and the FIFO queue in front of them. Each instance runs one
  * forward pass at a time, so the time a request waits here is its queue time, measured honestly.
  * With `batching` configured, compatible queued requests are joined into one forward pass (see
- * batch.ts). Every request is answered exactly once: with its result, or with its error, its
+ * batch.ts). An instance with a pipeline (EngineInstance.pipelineDepth) whose passes are short
+ * (PIPELINE_MAX_PASS_MS) is sent its next pass while it runs one, once no instance is idle: it then
+ * starts that pass as soon as it answers the last, instead of waiting a round trip for the
+ * gateway. Only work that would not be better off waiting goes ahead like this: a single request,
+ * or a full batch, and never a batch job's request (interactive requests go ahead of those in the
+ * queue, and must not find them in a pipeline). The time a pass waits in the pipeline behind
+ * another counts as queue time, not transfer. Every request is answered exactly once: with its result, or with its error, its
  * timeout or its cancellation (job.ts). A crashed instance fails only what it was running (or
  * retries it once, for idempotent models) and is restarted with backoff. When one cannot load
  * again after a few tries and no other instance serves, the pool is failed with the last error
@@ -50,8 +56,18 @@ export interface InferOptions {
 
 interface Slot {
   instance: EngineInstance;
-  busy: boolean;
+  /** The passes sent to the instance and not answered yet, oldest first (at most its pipelineDepth). */
+  passes: Pass[];
   ready: boolean;
+  /** How long its last answered pass ran, waiting in its pipeline excluded (ms). */
+  lastPassMs?: number;
+}
+
+/** One forward pass sent to an instance. */
+interface Pass {
+  sentAt: number;
+  /** When its answer (or failure) came back. */
+  answeredAt?: number;
 }
 
 /** Errors caused by one request's data: a batch that fails with one is retried request by request. */
@@ -74,6 +90,12 @@ const PER_REQUEST_ERRORS = new Set([
   'AUDIO_TOO_LONG',
   'HANDLER_FAILED',
 ]);
+/**
+ * Passes longer than this are not sent ahead (ms): the round trip it saves is a small share of
+ * them, and a request sent ahead can no longer be withdrawn when its caller cancels or times out,
+ * so it would cost a whole pass for nothing.
+ */
+const PIPELINE_MAX_PASS_MS = 10;
 /** Failed restarts after a crash before the pool fails, when no other instance serves. */
 const MAX_RESTART_FAILURES = 3;
 /** The wait before each restart attempt; the last one repeats. */
@@ -101,6 +123,8 @@ export class ModelPool {
   private idleWaiters: (() => void)[] = [];
   /** Forward passes by number of rows: how well batching works. */
   private readonly batchSizes = new Map<number, number>();
+  /** Passes sent to an instance while it was still running another. */
+  private pipelined = 0;
   /** Requests carried by the last forward pass: 1 means traffic too light to form batches. */
   private lastPassRequests = 1;
   /** performance.now() of the last request taken or answered: for least-recently-used unloading. */
@@ -136,14 +160,16 @@ export class ModelPool {
     queued: number;
     restarts: number;
     batches: Record<string, number>;
+    pipelined: number;
   } {
     return {
       instances: this.slots.length,
       pids: this.slots.flatMap((s) => (s.ready && s.instance.pid !== undefined ? [s.instance.pid] : [])),
-      busy: this.slots.filter((s) => s.busy).length,
+      busy: this.slots.filter((s) => s.passes.length > 0).length,
       queued: this.queue.length,
       restarts: this.restarts,
       batches: Object.fromEntries([...this.batchSizes].sort((a, b) => a[0] - b[0])),
+      pipelined: this.pipelined,
     };
   }
 
@@ -227,7 +253,7 @@ export class ModelPool {
 
   private async startSlot(index: number): Promise<LoadInfo> {
     const instance = this.engine.createInstance(this.spec, index);
-    const slot: Slot = { instance, busy: false, ready: false };
+    const slot: Slot = { instance, passes: [], ready: false };
     this.slots[index] = slot;
     instance.onCrash((err) => this.onCrash(slot, index, err));
     const info = await instance.start();
@@ -256,22 +282,44 @@ export class ModelPool {
 
   private drain(closing = false): void {
     if (this.stateValue !== 'ready' && !(closing || this.stateValue === 'closed')) return;
-    for (const slot of this.slots) {
-      if (this.queue.length === 0) break;
-      if (slot.busy || !slot.ready) continue;
-      const jobs = this.takeBatch();
-      if (!jobs) break; // The head waits a little longer for company; a timer calls drain again.
+    while (this.queue.length > 0) {
+      const slot = this.nextSlot();
+      if (!slot) break;
+      const jobs = this.takeBatch(slot.passes.length > 0);
+      // The head waits a little longer for company (a timer calls drain again), or for an idle instance.
+      if (!jobs) break;
       this.run(slot, jobs);
     }
     if (this.idle) for (const wake of this.idleWaiters.splice(0)) wake();
   }
 
   /**
+   * The instance for the next pass: an idle one, else one whose passes are short and whose pipeline
+   * has room, the one whose oldest pass was sent first (the likeliest to be answered first);
+   * undefined when none can take it.
+   */
+  private nextSlot(): Slot | undefined {
+    let best: Slot | undefined;
+    for (const slot of this.slots) {
+      if (!slot.ready) continue;
+      if (slot.passes.length === 0) return slot;
+      if (slot.passes.length >= (slot.instance.pipelineDepth ?? 1)) continue;
+      if (slot.lastPassMs === undefined || slot.lastPassMs > PIPELINE_MAX_PASS_MS) continue;
+      if (!best || (slot.passes[0] as Pass).sentAt < (best.passes[0] as Pass).sentAt) best = slot;
+    }
+    return best;
+  }
+
+  /**
    * The jobs for the next forward pass: the head of the queue, plus, when batching, every queued
    * job with the same key that still fits. Undefined while the head may still wait for others.
+   * `ahead`: the pass would wait in an instance's pipeline behind another, so only a pass that
+   * cannot gain by waiting in the queue instead goes: one without batching, or a full batch; a
+   * batch job's request never does.
    */
-  private takeBatch(): Job[] | undefined {
+  private takeBatch(ahead: boolean): Job[] | undefined {
     const head = this.queue[0] as Job;
+    if (ahead && head.background) return undefined;
     const batching = this.spec.config.batching;
     if (!batching || head.solo || head.rows === undefined || head.rows >= batching.max_batch_size) {
       return [this.queue.shift() as Job];
@@ -284,6 +332,8 @@ export class ModelPool {
       members.push(job);
       rows += job.rows;
     }
+    // Ahead of an instance's answer, a batch that could still grow waits for the instance instead.
+    if (ahead && rows < batching.max_batch_size) return undefined;
     const full = rows === batching.max_batch_size || batching.preferred_batch_sizes.includes(rows);
     // Light traffic: the last pass carried one request and this one is alone too, so no company is
     // coming and the delay would only add latency. Any pass that carries more restores the delay.
@@ -308,9 +358,12 @@ export class ModelPool {
   }
 
   private run(slot: Slot, jobs: Job[]): void {
-    slot.busy = true;
     this.lastPassRequests = jobs.length;
-    const started = performance.now();
+    const pass: Pass = { sentAt: performance.now() };
+    // The pass this one waits behind in the instance's pipeline, if any: answered before this one.
+    const behind = slot.passes.at(-1);
+    if (behind) this.pipelined += 1;
+    slot.passes.push(pass);
     for (const job of jobs) this.running.add(job);
     const rows = jobs.map((j) => j.rows ?? 1);
     const batchSize = jobs.length === 1 ? (jobs[0]?.rows ?? 1) : rows.reduce((a, b) => a + b, 0);
@@ -318,6 +371,7 @@ export class ModelPool {
       .infer(joinRequests(jobs.map((j) => j.request)))
       .then(
         (response) => {
+          pass.answeredAt = performance.now();
           this.batchSizes.set(batchSize, (this.batchSizes.get(batchSize) ?? 0) + 1);
           let parts: EngineResponse[];
           try {
@@ -326,16 +380,30 @@ export class ModelPool {
             for (const job of jobs) job.fail(asTensorgateError(err));
             return;
           }
+          // Waiting in the pipeline for the pass ahead is queueing: it leaves the transfer time.
+          const waited = behind?.answeredAt === undefined ? 0 : Math.max(0, behind.answeredAt - pass.sentAt);
+          slot.lastPassMs = pass.answeredAt - pass.sentAt - waited;
           jobs.forEach((job, i) => {
             const part = parts[i] as EngineResponse;
-            job.succeed({ ...part, queueMs: started - job.enqueuedAt, instance: slot.instance.label, batchSize });
+            job.succeed({
+              ...part,
+              ...(waited > 0
+                ? { timings: { ...part.timings, transferMs: Math.max(0, part.timings.transferMs - waited) } }
+                : {}),
+              queueMs: pass.sentAt - job.enqueuedAt + waited,
+              instance: slot.instance.label,
+              batchSize,
+            });
           });
         },
-        (err) => this.onRunError(jobs, asTensorgateError(err)),
+        (err) => {
+          pass.answeredAt = performance.now();
+          this.onRunError(jobs, asTensorgateError(err));
+        },
       )
       .finally(() => {
         for (const job of jobs) this.running.delete(job);
-        slot.busy = false;
+        slot.passes.splice(slot.passes.indexOf(pass), 1);
         this.lastUsed = performance.now();
         this.requestDrain();
       });

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pythonExecutable } from '../../src/engines/torch/worker-process.js';
@@ -81,5 +81,28 @@ export function ensureTextAudioModels(): string {
 export function visionPipelineRepository(dir: string): string {
   execFileSync(PYTHON, [join(ROOT, 'scripts/make_demo_models.py'), dir, '--only', 'pipeline'], { stdio: 'ignore' });
   symlinkSync(join(ensureTestModels(), 'image-classifier'), join(dir, 'image-classifier'));
+  return dir;
+}
+
+/**
+ * An eager model in `work/name`, version 1: `model.py` with the given lines (its `build()` makes
+ * the module), empty weights, and a config.json taking float32 `x` [-1, 4] to float32 `y` [-1, 4],
+ * with `config`'s fields added (resources, batching, idempotent). Returns the folder.
+ */
+export function eagerModel(work: string, name: string, source: string[], config: Record<string, unknown> = {}): string {
+  const dir = join(work, name);
+  mkdirSync(join(dir, '1'), { recursive: true });
+  writeFileSync(join(dir, '1', 'model.py'), source.join('\n'));
+  execFileSync(PYTHON, ['-c', `import torch; torch.save({}, ${JSON.stringify(join(dir, '1', 'weights.pt'))})`]);
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({
+      name,
+      inputs: [{ name: 'x', dtype: 'float32', shape: [-1, 4] }],
+      outputs: [{ name: 'y', dtype: 'float32', shape: [-1, 4] }],
+      versions: { '1': { format: 'eager', entry: 'model:build', file: 'weights.pt' } },
+      ...config,
+    }),
+  );
   return dir;
 }

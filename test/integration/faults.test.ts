@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Gateway } from '../../src/gateway.js';
 import { toNumbers } from '../../src/tensor/tensor.js';
 import { modelCopy, openGateway } from '../helpers/gateway.js';
-import { ensureTestModels, PYTHON } from '../helpers/models.js';
+import { eagerModel, ensureTestModels } from '../helpers/models.js';
 import { workerPids } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -112,10 +111,9 @@ describe('faults', { timeout: 300_000 }, () => {
    * noting each such exit in `attempts`: a model that loads, then cannot load again.
    */
   function fragileModel(name: string, instances: number): string {
-    const dir = join(work, name);
-    mkdirSync(join(dir, '1'), { recursive: true });
-    writeFileSync(
-      join(dir, '1', 'model.py'),
+    return eagerModel(
+      work,
+      name,
       [
         'import os',
         'import torch',
@@ -132,20 +130,9 @@ describe('faults', { timeout: 300_000 }, () => {
         '        os._exit(3)',
         '    return Plus()',
         '',
-      ].join('\n'),
+      ],
+      { resources: { instances } },
     );
-    execFileSync(PYTHON, ['-c', `import torch; torch.save({}, ${JSON.stringify(join(dir, '1', 'weights.pt'))})`]);
-    writeFileSync(
-      join(dir, 'config.json'),
-      JSON.stringify({
-        name,
-        inputs: [{ name: 'x', dtype: 'float32', shape: [-1, 4] }],
-        outputs: [{ name: 'y', dtype: 'float32', shape: [-1, 4] }],
-        versions: { '1': { format: 'eager', entry: 'model:build', file: 'weights.pt' } },
-        resources: { instances },
-      }),
-    );
-    return dir;
   }
 
   it('gives up on an instance that cannot load again after a crash: failed, with the last error', async () => {

@@ -87,6 +87,8 @@ export interface AnswerSpinOptions {
  */
 export class AnswerSpin {
   private lastWaitMs: number | undefined;
+  /** When the last answer came: a request sent while another was pending waits from then, not from its send. */
+  private lastAnswerAt = Number.NEGATIVE_INFINITY;
   private readonly loop: EventLoopSpin;
   private readonly now: () => number;
   private readonly schedule: Schedule;
@@ -117,7 +119,9 @@ export class AnswerSpin {
         }, expected - this.spinMs);
     }
     return () => {
-      this.lastWaitMs = this.now() - started;
+      const answeredAt = this.now();
+      this.lastWaitMs = answeredAt - Math.max(started, this.lastAnswerAt);
+      this.lastAnswerAt = answeredAt;
       cancel?.();
       release?.();
     };

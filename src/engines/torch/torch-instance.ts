@@ -44,6 +44,11 @@ export interface TorchInstanceOptions {
 
 export class TorchInstance implements EngineInstance {
   readonly label: string;
+  /**
+   * The worker reads its next request while it answers the last one: the next is sent before that
+   * answer comes (see EngineInstance.pipelineDepth), so the worker never sleeps waiting for it.
+   */
+  readonly pipelineDepth = 2;
   private worker: WorkerProcess | undefined;
   private arenaIn: InputArena | undefined;
   private arenaOut: OutputArenaReader | undefined;

@@ -43,6 +43,7 @@ function version(overrides: Partial<VersionSnapshot>): VersionSnapshot {
     instances: 1,
     busy: 0,
     queued: 0,
+    pipelined: 0,
     restarts: 0,
     batches: {},
     workers: [{ pid: 4242, rss_bytes: 237 * MiB, cpu_seconds: 3.2 }],

@@ -145,6 +145,22 @@ describe('AnswerSpin', () => {
     answered();
   });
 
+  it('times a request sent while another was pending from the answer ahead of it, not from its send', async () => {
+    const { clock, loop, answers } = rig(1, true);
+    const first = answers.begin();
+    clock.now += 0.1;
+    const second = answers.begin(); // sent ahead, into the worker's pipeline
+    clock.now += 0.7;
+    first(); // 0.8 ms after its send
+    clock.now += 0.8;
+    second(); // 1.5 ms after its send, but only 0.8 ms after the answer ahead of it
+    await turns(3);
+    const third = answers.begin();
+    assert.equal(loop.spinning, true, 'the last wait was 0.8 ms, within the spin: awake from the start');
+    third();
+    await turns(3);
+  });
+
   it('never holds the loop for a worker that does not spin', () => {
     const { loop, pending, answers } = rig(0, true);
     answers.begin()();
