@@ -22,14 +22,15 @@ import { Job } from './job.js';
  * gateway. Only work that would not be better off waiting goes ahead like this: a single request,
  * or a full batch, and never a batch job's request (interactive requests go ahead of those in the
  * queue, and must not find them in a pipeline). The time a pass waits in the pipeline behind
- * another counts as queue time, not transfer. Every request is answered exactly once: with its result, or with its error, its
- * timeout or its cancellation (job.ts). A crashed instance fails only what it was running (or
- * retries it once, for idempotent models) and is restarted with backoff. When one cannot load
- * again after a few tries and no other instance serves, the pool is failed with the last error
- * instead of looping; while others serve, it keeps being tried, ever more slowly, so the version
- * gets its capacity back once whatever stopped that instance passes. A restart killed by SIGKILL
- * does not count as a try: that signal comes from outside (an operator, the OOM killer), not from
- * the model.
+ * another counts as queue time, not transfer.
+ *
+ * Every request is answered exactly once: with its result, or with its error, its timeout or its
+ * cancellation (job.ts). A crashed instance fails only what it was running (or retries it once,
+ * for idempotent models) and is restarted with backoff. When one cannot load again after a few
+ * tries and no other instance serves, the pool is failed with the last error instead of looping;
+ * while others serve, it keeps being tried, ever more slowly, so the version gets its capacity
+ * back once whatever stopped that instance passes. A restart killed by SIGKILL does not count as
+ * a try: that signal comes from outside (an operator, the OOM killer), not from the model.
  */
 
 export type PoolState = 'loading' | 'ready' | 'failed' | 'closed';
@@ -372,6 +373,9 @@ export class ModelPool {
       .then(
         (response) => {
           pass.answeredAt = performance.now();
+          // Waiting in the pipeline for the pass ahead is queueing: it leaves the transfer time.
+          const waited = behind?.answeredAt === undefined ? 0 : Math.max(0, behind.answeredAt - pass.sentAt);
+          slot.lastPassMs = pass.answeredAt - pass.sentAt - waited;
           this.batchSizes.set(batchSize, (this.batchSizes.get(batchSize) ?? 0) + 1);
           let parts: EngineResponse[];
           try {
@@ -380,9 +384,6 @@ export class ModelPool {
             for (const job of jobs) job.fail(asTensorgateError(err));
             return;
           }
-          // Waiting in the pipeline for the pass ahead is queueing: it leaves the transfer time.
-          const waited = behind?.answeredAt === undefined ? 0 : Math.max(0, behind.answeredAt - pass.sentAt);
-          slot.lastPassMs = pass.answeredAt - pass.sentAt - waited;
           jobs.forEach((job, i) => {
             const part = parts[i] as EngineResponse;
             job.succeed({
