@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { ensureTestModels, PYTHON, ROOT } from '../helpers/models.js';
+import { eagerModel as eagerModelIn, ensureTestModels, ROOT } from '../helpers/models.js';
 
 /**
  * `tensorgate export` and `tensorgate init` with real parts. ONNX: PyTorch exports (a .pt2 program
@@ -62,29 +62,29 @@ describe('tensorgate export and init', { timeout: 300_000 }, () => {
     });
   });
 
-  /** An eager model folder whose forward is `body` (a Python expression of x). */
-  const eagerModel = async (name: string, body: string) => {
-    const dir = join(work, name);
-    mkdirSync(join(dir, '1'), { recursive: true });
-    writeFileSync(
-      join(dir, '1', 'model.py'),
-      `import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n${body}\n\n\ndef build():\n    return M()\n`,
+  /** An eager model folder whose forward is `body` (Python lines computing from x), with 2 outputs per row. */
+  const eagerModel = (name: string, body: string) =>
+    eagerModelIn(
+      work,
+      name,
+      [
+        'import torch',
+        '',
+        '',
+        'class M(torch.nn.Module):',
+        '    def forward(self, x):',
+        body,
+        '',
+        '',
+        'def build():',
+        '    return M()',
+        '',
+      ],
+      { outputs: [{ name: 'y', dtype: 'float32', shape: [-1, 2] }] },
     );
-    await run(PYTHON, ['-c', `import torch; torch.save({}, ${JSON.stringify(join(dir, '1', 'weights.pt'))})`]);
-    writeFileSync(
-      join(dir, 'config.json'),
-      JSON.stringify({
-        name,
-        inputs: [{ name: 'x', dtype: 'float32', shape: [-1, 4] }],
-        outputs: [{ name: 'y', dtype: 'float32', shape: [-1, 2] }],
-        versions: { '1': { format: 'eager', entry: 'model:build', file: 'weights.pt' } },
-      }),
-    );
-    return dir;
-  };
 
   it('an operator ONNX lacks: EXPORT_FAILED naming it, and nothing written', async () => {
-    const dir = await eagerModel('eig', '        return torch.linalg.eigvals(x.reshape(-1, 2, 2)).real');
+    const dir = eagerModel('eig', '        return torch.linalg.eigvals(x.reshape(-1, 2, 2)).real');
     await assert.rejects(run(process.execPath, [...CLI, ...global, 'export-onnx', dir]), (err: { stderr: string }) => {
       assert.match(
         err.stderr,
@@ -123,10 +123,7 @@ describe('tensorgate export and init', { timeout: 300_000 }, () => {
   });
 
   it("control flow that depends on the data cannot be exported: EXPORT_FAILED with torch's reason", async () => {
-    const dir = await eagerModel(
-      'branchy',
-      '        if x.sum() > 0:\n            return x[:, :2]\n        return -x[:, :2]',
-    );
+    const dir = eagerModel('branchy', '        if x.sum() > 0:\n            return x[:, :2]\n        return -x[:, :2]');
     await assert.rejects(
       run(process.execPath, [...CLI, ...global, 'export', dir, '--format', 'aoti']),
       (err: { stderr: string }) => {
