@@ -758,10 +758,14 @@ export class Gateway {
       inputs = decode(config);
       decodeMs = performance.now() - decodeStart;
       const sinks = request.sinks?.map((sink) => ({ sink, row: 0 }));
-      response = await route.pool.infer(
+      const answer = route.pool.infer(
         { inputs, precision: parameters.precision, ...(sinks?.length ? { sinks } : {}) },
         { timeoutMs, signal, background: adapter === 'job' },
       );
+      // The request is with a worker, or queued for one: until its answer the thread is free, and
+      // the records of the requests answered before it are made now (AfterAnswers).
+      this.afterAnswers.whileWaiting();
+      response = await answer;
     } catch (err) {
       // Every failure is counted: by code, and against the model version when it is known.
       const name = config?.name;

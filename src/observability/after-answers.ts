@@ -3,29 +3,48 @@
  * request window, the request log and the traces of a request that finished or failed.
  *
  * It used to run inside the request, between the worker's answer and the adapter's reply, so every
- * call's latency carried it: 13 µs of the gateway's thread per request, warm in one process, with
- * the request log on (docs/architecture.md#after-the-answer). Queued here, it runs in the event
- * loop's check phase (`setImmediate`), after the adapter has encoded its reply and handed it to the
- * socket in the same turn; under load, one turn's answered requests are recorded together. Where
- * the reply was sent from another phase (a timer's), the next request may be read first: readers
- * of the records flush the queue before they read (Gateway.window, /metrics).
+ * call's latency carried it (docs/architecture.md#after-the-answer). Then it ran in the check phase
+ * right after the reply, which took it out of that call but not out of the next one: on a host
+ * where the client shares a core with the gateway, the client reads its answer and sends its next
+ * request while the gateway's thread is off that core, and the queued work then ran before the
+ * gateway read that request.
+ *
+ * So it is made when the gateway next has nothing to do: the moment it has handed a request to a
+ * worker and waits for the answer (`whileWaiting`), the forward pass running on another core
+ * meanwhile. Under load every request sent makes what the ones before it queued. When no request
+ * follows, a timer makes it within `idleMs`. Readers of the records flush the queue before they
+ * read (Gateway.window, /metrics), so nothing is read stale for the wait.
  *
  * Nothing queued is lost: a task that throws is reported and the others still run, and `flush()`
  * runs what is left at once (the gateway's close, before the request log is flushed at exit).
  */
+/** Long enough that steady traffic makes its records while it waits for workers; short for a reader of the log. */
+const DEFAULT_IDLE_MS = 5;
+
 export class AfterAnswers {
   private queue: (() => void)[] = [];
-  private scheduled = false;
+  private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly onError: (err: unknown) => void) {}
+  constructor(
+    private readonly onError: (err: unknown) => void,
+    /** The longest a task waits for a request to be sent before a timer makes it. */
+    private readonly idleMs = DEFAULT_IDLE_MS,
+  ) {}
 
-  /** Runs `task` once the current turn of the event loop is done. */
+  /** Queues `task`, to run when the gateway next waits for a worker, or after `idleMs`. */
   add(task: () => void): void {
     this.queue.push(task);
-    if (!this.scheduled) {
-      this.scheduled = true;
-      setImmediate(this.onTurn);
-    }
+    // One timer at a time: a flush in between leaves it armed, and it then finds nothing or
+    // later tasks. It must not keep an idle process alive; closing the gateway flushes.
+    if (!this.timer) this.timer = setTimeout(this.onTimer, this.idleMs).unref();
+  }
+
+  /**
+   * The gateway has sent a request on and has nothing to do until its answer: what is queued is
+   * made now, off every request's path.
+   */
+  whileWaiting(): void {
+    if (this.queue.length > 0) this.flush();
   }
 
   /** Tasks waiting to run. */
@@ -33,12 +52,8 @@ export class AfterAnswers {
     return this.queue.length;
   }
 
-  /**
-   * The scheduled run. A flush by a reader in between leaves it scheduled, so tasks added after
-   * that flush still run on it, and no second turn is asked for.
-   */
-  private readonly onTurn = (): void => {
-    this.scheduled = false;
+  private readonly onTimer = (): void => {
+    this.timer = undefined;
     this.flush();
   };
 
