@@ -4,11 +4,13 @@ up), naming the handler and what it raised."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from tensorgate import _protocol
 from tensorgate._errors import HANDLER_FAILED, LOAD_FAILED, WorkerError
 from tensorgate._processing import Processing
 
@@ -31,6 +33,8 @@ class Lengths:
             return [{"n": 1}]
         if items["text"][0] == b"set":
             return [{1, 2} for _ in items["text"]]
+        if items["text"][0] == b"nan":
+            return [{"score": float("nan")} for _ in items["text"]]
         return [{"n": int(v)} for v in outputs["y"].flatten().tolist()]
 """
 
@@ -54,6 +58,15 @@ def test_the_handler_makes_the_model_inputs_in_their_declared_dtype(folder: Path
     assert tensors["x"].tolist() == [[2.0], [4.0]]
     answers = p.handler.postprocess({"y": torch.tensor([3, 5])}, {"text": [b"a", b"b"]}, 2)
     assert answers == [{"n": 3}, {"n": 5}]
+
+
+def test_answers_holding_a_float_json_cannot_hold_reach_the_gateway_as_null(folder: Path):
+    # The handler's check lets NaN through (Python's json writes it); the channel's frame must
+    # still be JSON, or the worker could not answer at all.
+    p = processing(folder)
+    answers = p.handler.postprocess({"y": torch.tensor([1, 2])}, {"text": [b"nan", b"x"]}, 2)  # type: ignore[union-attr]
+    frame = _protocol.encode({"id": 1, "ok": True, "result": {"answers": answers}})
+    assert json.loads(frame[4:])["result"]["answers"] == [{"score": None}, {"score": None}]
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import socket
 import struct
 import threading
@@ -18,10 +20,79 @@ def test_encode_is_length_prefixed_compact_utf8_json():
     assert frame == struct.pack("<I", len(payload)) + payload
 
 
-def test_encode_refuses_what_json_cannot_hold():
-    for value in (float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="JSON compliant"):
-            _protocol.encode({"x": value})
+_HAS_ORJSON = importlib.util.find_spec("orjson") is not None
+_NEEDS_ORJSON = pytest.mark.skipif(not _HAS_ORJSON, reason="this interpreter has no orjson")
+ENCODERS = [
+    pytest.param(_protocol.encode_stdlib, id="stdlib"),
+    pytest.param(_protocol.encode_orjson, id="orjson", marks=_NEEDS_ORJSON),
+]
+DECODERS = [
+    pytest.param(_protocol.decode_stdlib, id="stdlib"),
+    pytest.param(_protocol.decode_orjson, id="orjson", marks=_NEEDS_ORJSON),
+]
+#: What travels on the channel: a request, an infer reply with its timings, a load reply, an error.
+MESSAGES = [
+    {
+        "id": 2,
+        "op": "infer",
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4], "offset": 0, "nbytes": 16}],
+        "parameters": {"precision": "fp32"},
+        "release": [64, 128],
+    },
+    {
+        "id": 2,
+        "ok": True,
+        "result": {
+            "outputs": [
+                {"name": "y", "dtype": "float32", "shape": [1, 3], "offset": 0, "nbytes": 12}
+            ],
+            "timings": {"h2d_ms": 0.0, "compute_ms": 0.046, "d2h_ms": 1e-07},
+        },
+    },
+    {
+        "id": 1,
+        "ok": True,
+        "result": {
+            "device": "cuda:0",
+            "variants": [
+                {"precision": "fp16", "error": None, "max_abs": 0.000123, "reason": "naïve ✓"}
+            ],
+            "weights_bytes": 2**40,
+        },
+    },
+    {"id": 3, "ok": False, "error": {"code": "BAD_TENSOR", "message": 'shape [1, -3] "x"\n'}},
+]
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+@pytest.mark.parametrize("message", MESSAGES)
+def test_encoders_write_json_of_the_message(encode, message):
+    assert json.loads(encode(message)) == message
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+def test_encoders_write_compact_utf8(encode):
+    message = {"op": "ping", "id": 7, "shape": [1, 4], "name": "café"}
+    assert encode(message) == '{"op":"ping","id":7,"shape":[1,4],"name":"café"}'.encode()
+
+
+@pytest.mark.parametrize("encode", ENCODERS)
+def test_a_float_json_cannot_hold_becomes_null(encode):
+    # A processing handler's answers may hold one; the reply must still parse on the other end.
+    message = {"answers": [{"score": float("nan")}, [float("inf"), -float("inf"), 0.5]]}
+    assert json.loads(encode(message)) == {"answers": [{"score": None}, [None, None, 0.5]]}
+
+
+@_NEEDS_ORJSON
+def test_orjson_hands_what_it_refuses_to_the_stdlib():
+    message = {"answers": [2**70, {1: "int key"}]}
+    assert _protocol.encode_orjson(message) == _protocol.encode_stdlib(message)
+    assert json.loads(_protocol.encode_orjson(message)) == {"answers": [2**70, {"1": "int key"}]}
+
+
+def test_frames_use_orjson_where_the_interpreter_has_it():
+    expected = _protocol.encode_orjson if _HAS_ORJSON else _protocol.encode_stdlib
+    assert _protocol._payload_of is expected
 
 
 def test_round_trip_over_a_socket_pair_with_fragmented_writes():
@@ -69,6 +140,21 @@ def test_eof_inside_a_frame_is_a_protocol_error():
 def test_bad_payloads_are_protocol_errors(payload, match):
     with pytest.raises(_protocol.ProtocolError, match=match):
         _protocol.decode(payload)
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+@pytest.mark.parametrize("payload", [b"{nope", b"\xff\xfe", b'{"a": 1'])
+def test_decoders_raise_what_decode_turns_into_protocol_errors(decode, payload):
+    with pytest.raises((UnicodeDecodeError, json.JSONDecodeError)):
+        decode(payload)
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+@pytest.mark.parametrize("message", MESSAGES)
+def test_decoders_read_what_either_encoder_wrote(decode, message):
+    assert decode(_protocol.encode_stdlib(message)) == message
+    if _HAS_ORJSON:
+        assert decode(_protocol.encode_orjson(message)) == message
 
 
 def test_oversized_length_is_refused_without_reading_it():
