@@ -126,6 +126,37 @@ def test_zero_element_inputs_need_no_bytes(in_file):
     assert InArena(in_file).tensor(torch.float32, [0, 4], 0, 0).shape == (0, 4)
 
 
+def test_an_input_view_is_kept_for_its_layout_and_made_again_once_changed(in_file):
+    fd = os.open(in_file, os.O_RDWR)
+    arena = InArena(in_file)
+    os.pwrite(fd, tensor_bytes(torch.tensor([1.0, 2.0, 3.0, 4.0])), 64)
+    first = arena.tensor(torch.float32, [2, 2], 64, 16)
+    again = arena.tensor(torch.float32, [2, 2], 64, 16)
+    assert again is first  # the same layout: the view made for it
+    os.pwrite(fd, tensor_bytes(torch.tensor([5.0, 6.0, 7.0, 8.0])), 64)
+    assert again.tolist() == [[5.0, 6.0], [7.0, 8.0]]  # still a view of the shared file
+    assert arena.tensor(torch.float32, [4], 64, 16) is not first  # another layout, another view
+
+    first.unsqueeze_(0)  # what a model may do to its input
+    remade = arena.tensor(torch.float32, [2, 2], 64, 16)
+    assert remade is not first and remade.shape == (2, 2)
+    assert remade.tolist() == [[5.0, 6.0], [7.0, 8.0]]
+    remade.set_(torch.zeros(2, 2))  # another storage, same shape and strides
+    fresh = arena.tensor(torch.float32, [2, 2], 64, 16)
+    assert fresh is not remade and fresh.tolist() == [[5.0, 6.0], [7.0, 8.0]]
+    os.close(fd)
+    arena.close()
+
+
+def test_views_kept_before_the_file_grew_are_not_handed_out_after(in_file):
+    arena = InArena(in_file)
+    before = arena.tensor(torch.float32, [1], 0, 4)
+    os.truncate(in_file, 3 * 4096)
+    arena.tensor(torch.float32, [1], 8192, 4)  # past the old mapping: re-mapped
+    after = arena.tensor(torch.float32, [1], 0, 4)
+    assert after is not before and after.item() == before.item() == 0.0
+
+
 @pytest.mark.parametrize(
     ("shape", "offset", "nbytes", "match"),
     [
@@ -174,6 +205,27 @@ def test_output_arena_grows_to_at_least_double_and_keeps_slots(shm_path):
     arena.release(first)
     arena.release(big)
     assert arena.slots.used_bytes == 0
+
+
+def test_an_output_slot_written_again_holds_the_new_values(shm_path):
+    path = shm_path("out")
+    arena = OutArena(path, 4096)
+
+    def read(offset: int, nbytes: int) -> list[float]:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return torch.frombuffer(bytearray(f.read(nbytes)), dtype=torch.float32).tolist()
+
+    for step in range(3):  # first-fit: the same slot each time, written through the view kept
+        values = torch.tensor([[1.0, 2.0, 3.0]]) * (step + 1)
+        offset, nbytes = arena.write(values, torch.float32)
+        assert offset == 0 and read(offset, nbytes) == values.flatten().tolist()
+        arena.release(offset)
+    held, _ = arena.write(torch.ones(1, 3), torch.float32)
+    arena.write(torch.ones(2000), torch.float32)  # grows: the views kept go with the old mapping
+    arena.release(held)
+    offset, nbytes = arena.write(torch.tensor([[7.0, 8.0, 9.0]]), torch.float32)
+    assert offset == 0 and read(offset, nbytes) == [7.0, 8.0, 9.0]
 
 
 def test_failed_copy_frees_its_slot(shm_path):

@@ -288,6 +288,33 @@ def test_every_dtype_crosses_both_arenas(spawn, tmp_path):
         assert out[name].dtype == tensor.dtype and torch.equal(out[name], expected), name
 
 
+class Unsqueezer(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        x.unsqueeze_(0)  # the caller's tensor changes shape in place, after its use
+        return y
+
+
+def test_an_input_a_model_changed_in_place_is_not_handed_out_again(spawn, tmp_path):
+    # The worker keeps the view it made for a request's input slot and hands it out again for the
+    # same layout; one the model changed must not reach the next request as it was left.
+    path = tmp_path / "unsqueezer.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.script(Unsqueezer()).save(str(path))
+    spec = [{"name": "x", "dtype": "float32", "shape": [-1, 3]}]
+    model = {"name": "unsqueezer", "version": "1", "format": "torchscript", "file": str(path),
+             "code_dir": str(tmp_path), "device": "cpu", "threads": 1, "warmup_runs": 1,
+             "inputs": spec, "outputs": [{**spec[0], "name": "y"}]}  # fmt: skip
+    worker = spawn()
+    assert worker.request("load", model=model)["ok"]
+    for step in range(4):
+        x = torch.arange(6, dtype=torch.float32).reshape(2, 3) + step
+        reply = worker.infer({"x": x})
+        assert reply["ok"], reply
+        assert torch.equal(worker.outputs(reply)["y"], x * 2), step
+
+
 def test_sleepy_reads_its_pause_from_the_environment(spawn, test_models):
     worker, _ = loaded(spawn, test_models, "sleepy", env={"TENSORGATE_SLEEPY_SECONDS": "0.05"})
     reply = worker.infer({"x": torch.ones(1, 4)})
