@@ -20,11 +20,21 @@ export function compactNumber(x: number, dtype: DType): number {
   const rt = ROUND_TRIP[dtype];
   if (rt === undefined || Number.isInteger(x) || !Number.isFinite(x)) return x;
   const [digits, round] = rt;
-  for (let p = 1; p <= digits; p++) {
+  // Binary search on the number of digits (3-4 toPrecision calls for a float32, not up to 9): if p
+  // digits round-trip, p + 1 do too, since the p-digit decimal is a (p + 1)-digit one and the
+  // nearest (p + 1)-digit decimal is at least as close to x.
+  let shortest = x;
+  let low = 1;
+  let high = digits;
+  while (low <= high) {
+    const p = (low + high) >> 1;
     const y = Number(x.toPrecision(p));
-    if (round(y) === x) return y;
+    if (round(y) === x) {
+      shortest = y;
+      high = p - 1;
+    } else low = p + 1;
   }
-  return x;
+  return shortest;
 }
 
 /** `x` rounded to `digits` significant digits. */
