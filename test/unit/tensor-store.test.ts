@@ -55,6 +55,49 @@ test('evicts the oldest tensors to stay within the byte budget', () => {
   assert.equal(store.usedBytes, 80 + 2 * ENTRY_OVERHEAD_BYTES);
 });
 
+test('a full store keeps evicting in age order, one entry per put, across many puts', () => {
+  const store = new TensorStore(10 * (12 + ENTRY_OVERHEAD_BYTES), 60_000);
+  const entries = Array.from({ length: 5000 }, (_, i) => store.put(tensor(12), `m@1:y#${i}`));
+  assert.equal(store.size, 10);
+  assert.equal(store.usedBytes, 10 * (12 + ENTRY_OVERHEAD_BYTES));
+  for (const entry of entries.slice(-10)) assert.equal(store.get(entry.uri).source, entry.source);
+  for (const entry of entries.slice(0, -10)) assert.throws(() => store.get(entry.uri), /unknown or has expired/);
+});
+
+test('expiry and eviction pass over an entry a lookup already found expired', () => {
+  let now = 0;
+  const store = new TensorStore(2 * (4 + ENTRY_OVERHEAD_BYTES), 1000, () => now);
+  const a = store.put(tensor(4), 'a');
+  now = 600;
+  const b = store.put(tensor(4), 'b');
+  now = 1000;
+  assert.throws(() => store.get(a.uri), /unknown or has expired/); // deleted by the lookup
+  assert.equal(store.size, 1);
+  const c = store.put(tensor(4), 'c'); // b (expires at 1600) is the oldest left: kept
+  assert.ok(store.get(b.uri) && store.get(c.uri));
+  const d = store.put(tensor(4), 'd'); // over the budget: b goes, not the a already gone
+  assert.throws(() => store.get(b.uri), /unknown or has expired/);
+  assert.ok(store.get(c.uri) && store.get(d.uri));
+  assert.equal(store.usedBytes, 2 * (4 + ENTRY_OVERHEAD_BYTES));
+  now = 2600; // c and d expire; the next put finds the store empty
+  const e = store.put(tensor(4), 'e');
+  assert.equal(store.size, 1);
+  assert.equal(store.get(e.uri).source, 'e');
+});
+
+test('entries expire in age order while calls keep coming', () => {
+  let now = 0;
+  const store = new TensorStore(1 << 30, 100, () => now);
+  let last = store.put(tensor(4), 'first');
+  for (let i = 1; i < 5000; i++) {
+    now = i;
+    last = store.put(tensor(4), `#${i}`);
+  }
+  assert.equal(store.size, 100, 'the last 100 ms of puts');
+  assert.equal(store.list()[0]?.source, '#4900');
+  assert.equal(store.get(last.uri).source, '#4999');
+});
+
 test('counts what each entry costs beyond its bytes, so tiny outputs cannot grow without bound', () => {
   const store = new TensorStore(100 * ENTRY_OVERHEAD_BYTES, 60_000);
   for (let i = 0; i < 10_000; i++) store.put(tensor(12), 'tiny');
