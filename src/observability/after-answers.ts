@@ -1,3 +1,6 @@
+/** Long enough that steady traffic makes its records while it waits for workers; short for a reader of the log. */
+const DEFAULT_IDLE_MS = 5;
+
 /**
  * Work every answered request needs but its caller does not wait for: the Prometheus metrics, the
  * request window, the request log and the traces of a request that finished or failed.
@@ -18,9 +21,6 @@
  * Nothing queued is lost: a task that throws is reported and the others still run, and `flush()`
  * runs what is left at once (the gateway's close, before the request log is flushed at exit).
  */
-/** Long enough that steady traffic makes its records while it waits for workers; short for a reader of the log. */
-const DEFAULT_IDLE_MS = 5;
-
 export class AfterAnswers {
   private queue: (() => void)[] = [];
   private timer: NodeJS.Timeout | undefined;
