@@ -165,7 +165,9 @@ export class TensorStore {
   /** Deletes `oldest` (what oldest() returned) and moves the front past it. */
   private dropOldest(oldest: StoredTensor): void {
     this.age[this.head++] = undefined;
-    this.delete(oldest.id);
+    // oldest() found it stored: no lookup to repeat.
+    this.entries.delete(oldest.id);
+    this.bytes -= costOf(oldest.tensor);
     // The front's slots are reclaimed once they are half the array: each entry is copied O(1) times.
     if (this.head >= 1024 && this.head * 2 >= this.age.length) {
       this.age = this.age.slice(this.head);
