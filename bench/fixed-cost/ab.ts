@@ -4,7 +4,7 @@
  * drift.
  *
  *   node --import tsx bench/fixed-cost/ab.ts --a CHECKOUT --b CHECKOUT [--a-label TEXT] [--b-label TEXT]
- *        [--calls 200] [--rounds 40] [--spin-us 2000] [--out FILE]
+ *        [--calls 200] [--rounds 40] [--spin-us 2000] [--scenarios oip/binary,http/path,...] [--out FILE]
  *
  * Each CHECKOUT is a built tree (`npm run build`; a `git worktree` of another commit, with
  * node_modules, .tensorgate and build/Release linked or copied from this one). Separate runs of
@@ -16,9 +16,10 @@
  * over all its calls and the per-round differences of the block medians (B - A): their median,
  * and how many rounds B was faster. Run one build against itself to see the noise.
  *
- * Scenarios: `oip/binary` and `stdio/path` as in run.ts, each with the plain and the spinning copy
- * of the tabular model. Results go to bench/results/fixed-cost-ab-<time>.json; `bench/report.ts`
- * renders them.
+ * Scenarios (all unless `--scenarios` names some): `oip/binary` and `stdio/path` as in run.ts,
+ * each with the plain and the spinning copy of the tabular model, and `http/path` and
+ * `http/list_models` over MCP Streamable HTTP (a session, the SDK's client). Results go to
+ * bench/results/fixed-cost-ab-<time>.json; `bench/report.ts` renders them.
  */
 import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -45,6 +46,7 @@ const { values: opts } = parseArgs({
     rounds: { type: 'string', default: '40' },
     warmup: { type: 'string', default: '200' },
     'spin-us': { type: 'string', default: '2000' },
+    scenarios: { type: 'string' },
     out: { type: 'string' },
   },
 });
@@ -54,8 +56,22 @@ const rounds = Number(opts.rounds);
 const warmup = Number(opts.warmup);
 const spinUs = Number(opts['spin-us']);
 
-const SCENARIOS = ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin'] as const;
-type Scenario = (typeof SCENARIOS)[number];
+const ALL_SCENARIOS = [
+  'oip/binary',
+  'oip/binary+spin',
+  'stdio/path',
+  'stdio/path+spin',
+  'http/path',
+  'http/list_models',
+] as const;
+type Scenario = (typeof ALL_SCENARIOS)[number];
+const SCENARIOS: readonly Scenario[] = opts.scenarios
+  ? opts.scenarios.split(',').map((name) => {
+      if (!(ALL_SCENARIOS as readonly string[]).includes(name))
+        throw new Error(`unknown scenario ${name}; one of ${ALL_SCENARIOS.join(', ')}`);
+      return name as Scenario;
+    })
+  : ALL_SCENARIOS;
 
 interface Build {
   label: 'a' | 'b';
@@ -74,21 +90,26 @@ async function startBuild(label: 'a' | 'b', root: string, models: string, dir: s
   // The stdio server's allowed root is its own work folder: the input file is copied there.
   const stdio = await McpConnection.open('stdio', { root, models, workDir: dir });
   await stdio.waitReady(SPIN_MODEL);
+  const mcpHttp = await McpConnection.attach(`${http.base}/mcp`);
   const input = join(dir, 'row.npy');
   copyFileSync(npy, input);
   const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, INPUT);
   const oip = (model: string) => () => postForHeader(http.base, `/v2/models/${model}/infer`, body);
-  const path = (model: string) => () => stdio.callTool('infer', { model, inputs: { features: { path: input } } });
+  const path = (conn: McpConnection, model: string) => () =>
+    conn.callTool('infer', { model, inputs: { features: { path: input } } });
   return {
     label,
     root,
     calls: {
       'oip/binary': oip(MODEL),
       'oip/binary+spin': oip(SPIN_MODEL),
-      'stdio/path': path(MODEL),
-      'stdio/path+spin': path(SPIN_MODEL),
+      'stdio/path': path(stdio, MODEL),
+      'stdio/path+spin': path(stdio, SPIN_MODEL),
+      'http/path': path(mcpHttp, MODEL),
+      'http/list_models': () => mcpHttp.callTool('list_models', {}),
     },
     close: async () => {
+      await mcpHttp.close();
       await stdio.close();
       await stopProcess(http.child);
     },

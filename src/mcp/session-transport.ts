@@ -22,11 +22,16 @@ import {
  * the rest of a small model's call. This transport keeps the SDK's behaviour on the wire (the
  * same checks, status codes and JSON-RPC errors, an SSE stream per POST that carries requests,
  * the GET stream for messages not tied to a request, DELETE ending the session, keep-alive
- * comments) without the conversions: a request's answer is written with its headers in one
- * `end()`, and its stream is flushed early only when something comes before the answer (progress,
- * logging). What it leaves out is the SDK's opt-in resumability (an event store), which
- * tensorgate does not configure. Messages are validated with the SDK's own schema
- * (`parseJSONRPCMessage`); the server validates each request's params as it always does.
+ * comments) without the conversions. Nothing is written for a POST until something is to be sent
+ * on it, so the transport chooses the form then, as the protocol lets a server choose per POST
+ * (JSON or SSE): a POST of one request whose answer is the first thing sent gets that answer as
+ * plain `application/json`, in one `end()` with its headers; anything sent before an answer
+ * (progress, logging, a keep-alive) opens an SSE stream, and so does a batch of requests. A JSON
+ * answer spares the client its event-stream parser, which for the SDK's fetch-based client is a
+ * chain of web streams: about 0.1 ms per call on a 2-core VM (docs/architecture.md).
+ * What it leaves out is the SDK's opt-in resumability (an event store), which tensorgate does not
+ * configure. Messages are validated with the SDK's own schema (`parseJSONRPCMessage`); the server
+ * validates each request's params as it always does.
  */
 
 /** The SDK's bound on the messages of one JSON-RPC batch. */
@@ -40,6 +45,7 @@ const SSE_HEADERS = {
   connection: 'keep-alive',
   'x-accel-buffering': 'no',
 };
+const JSON_HEADERS = { 'content-type': 'application/json' };
 
 /** The SSE response of one POST: the requests it carried and how many have been answered. */
 interface PostStream {
@@ -69,8 +75,9 @@ export class NodeSessionTransport implements Transport {
   private closed = false;
   private started = false;
   private keepAlive: NodeJS.Timeout | undefined;
-  /** The SSE response headers, with the session's id once it has one (built once, not per answer). */
+  /** The response headers of each form, with the session's id once it has one (built once, not per answer). */
   private sseHeaders: Record<string, string> = SSE_HEADERS;
+  private jsonHeaders: Record<string, string> = JSON_HEADERS;
 
   constructor(private readonly options: SessionTransportOptions) {}
 
@@ -126,6 +133,11 @@ export class NodeSessionTransport implements Transport {
         );
       return;
     }
+    if (last && stream.requests === 1 && !stream.res.headersSent) {
+      // The POST's one answer, and nothing went before it: plain JSON (see the class comment).
+      stream.res.writeHead(200, this.jsonHeaders).end(JSON.stringify(message));
+      return;
+    }
     await this.write(stream.res, event(message), last);
   }
 
@@ -174,6 +186,7 @@ export class NodeSessionTransport implements Transport {
       }
       this.sessionId = this.options.sessionIdGenerator();
       this.sseHeaders = { ...SSE_HEADERS, 'mcp-session-id': this.sessionId };
+      this.jsonHeaders = { ...JSON_HEADERS, 'mcp-session-id': this.sessionId };
       this.initialized = true;
       this.options.onsessioninitialized?.(this.sessionId);
     } else if (!this.validSession(req, res)) {
@@ -275,8 +288,8 @@ export class NodeSessionTransport implements Transport {
 
   /**
    * Writes an SSE event to a POST's or the GET's stream, with the headers when they have not gone
-   * yet (so that an answer that comes alone leaves in one write), ending the stream after the last
-   * answer; resolves once the socket can take more.
+   * yet (so that a batch's answers and what comes before an answer leave in as few writes as they
+   * can), ending the stream after the last answer; resolves once the socket can take more.
    */
   private write(res: ServerResponse, data: string, last: boolean): Promise<void> {
     if (res.writableEnded) return Promise.resolve();

@@ -136,10 +136,10 @@ async function openSession(): Promise<string> {
     params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
   });
   assert.equal(init.status, 200, init.body);
-  assert.equal(init.headers['content-type'], 'text/event-stream');
+  assert.equal(init.headers['content-type'], 'application/json');
   const sid = init.headers['mcp-session-id'];
   assert.equal(typeof sid, 'string');
-  const result = events(init.body)[0] as { id: number; result: { protocolVersion: string } };
+  const result = messages(init)[0] as { id: number; result: { protocolVersion: string } };
   assert.equal(result.id, 1);
   assert.equal(result.result.protocolVersion, '2025-06-18');
   const initialized = await raw(
@@ -160,6 +160,13 @@ function events(body: string): unknown[] {
     .split('\n\n')
     .filter((e) => e.includes('data: '))
     .map((e) => JSON.parse(e.slice(e.indexOf('data: ') + 6)));
+}
+
+/** The JSON-RPC messages of a POST's answer, in either form the transport may choose. */
+function messages(r: Raw): unknown[] {
+  if (r.headers['content-type'] === 'application/json') return [JSON.parse(r.body)];
+  assert.equal(r.headers['content-type'], 'text/event-stream');
+  return events(r.body);
 }
 
 function errorOf(r: Raw): { code: number; message: string } {
@@ -193,6 +200,47 @@ describe('NodeSessionTransport (Streamable HTTP sessions)', () => {
     await client.close();
   });
 
+  it('answers a lone request as JSON, and opens a stream when something comes before the answer', async () => {
+    const sid = await openSession();
+    const session = { ...JSON_AND_SSE, 'mcp-session-id': sid };
+    const call = (id: number, name: string, args: Record<string, unknown>, meta?: Record<string, unknown>) =>
+      raw('POST', session, {
+        jsonrpc: '2.0',
+        id,
+        method: 'tools/call',
+        params: { name, arguments: args, ...(meta ? { _meta: meta } : {}) },
+      });
+
+    const lone = await call(20, 'echo', { text: 'plain' });
+    assert.equal(lone.status, 200);
+    assert.equal(lone.headers['content-type'], 'application/json');
+    assert.equal(lone.headers['mcp-session-id'], sid);
+    assert.deepEqual(JSON.parse(lone.body), {
+      jsonrpc: '2.0',
+      id: 20,
+      result: { content: [{ type: 'text', text: 'plain' }] },
+    });
+
+    // Progress goes first, so the answer follows it on an event stream, in order.
+    const streamed = await call(21, 'slow', { ms: 30, steps: 2 }, { progressToken: 'p' });
+    assert.equal(streamed.headers['content-type'], 'text/event-stream');
+    assert.equal(streamed.headers['mcp-session-id'], sid);
+    const sent = events(streamed.body) as { id?: number; method?: string; params?: { progress: number } }[];
+    assert.deepEqual(
+      sent.map((m) => m.method ?? `answer ${m.id}`),
+      ['notifications/progress', 'notifications/progress', 'answer 21'],
+    );
+    assert.deepEqual(
+      sent.slice(0, 2).map((m) => m.params?.progress),
+      [1, 2],
+    );
+
+    // The stream was that POST's alone: the session's next lone answer is JSON again.
+    const quiet = await call(22, 'echo', { text: 'again' });
+    assert.equal(quiet.headers['content-type'], 'application/json');
+    assert.equal((JSON.parse(quiet.body) as { id: number }).id, 22);
+  });
+
   it('carries notifications tied to no request on the GET stream, one stream per session', async () => {
     const sid = await openSession();
     const headers = { accept: 'text/event-stream', 'mcp-session-id': sid };
@@ -211,7 +259,7 @@ describe('NodeSessionTransport (Streamable HTTP sessions)', () => {
         params: { name: 'announce', arguments: {} },
       },
     );
-    assert.equal((events(call.body)[0] as { id: number }).id, 2);
+    assert.equal((messages(call)[0] as { id: number }).id, 2);
     const got = await stream;
     assert.equal(got.status, 200);
     assert.equal(got.headers['content-type'], 'text/event-stream');
@@ -248,6 +296,7 @@ describe('NodeSessionTransport (Streamable HTTP sessions)', () => {
       { jsonrpc: '2.0', id: 'b', method: 'ping' },
     ]);
     assert.equal(batch.status, 200);
+    assert.equal(batch.headers['content-type'], 'text/event-stream');
     assert.deepEqual((events(batch.body) as { id: string }[]).map((m) => m.id).sort(), ['a', 'b']);
     const note = await raw(
       'POST',
@@ -339,7 +388,7 @@ describe('NodeSessionTransport (Streamable HTTP sessions)', () => {
     assert.equal((await raw('PUT', { ...JSON_AND_SSE, ...session }, call)).headers.allow, 'GET, POST, DELETE');
     // The session is still good after all of that.
     const ping = await raw('POST', { ...JSON_AND_SSE, ...session }, call);
-    assert.deepEqual(events(ping.body), [{ jsonrpc: '2.0', id: 9, result: {} }]);
+    assert.deepEqual(messages(ping), [{ jsonrpc: '2.0', id: 9, result: {} }]);
   });
 
   it('ends the session on DELETE', async () => {
@@ -370,7 +419,7 @@ describe('NodeSessionTransport (Streamable HTTP sessions)', () => {
       method: 'tools/call',
       params: { name: 'echo', arguments: { text: 'still here' } },
     });
-    const answer = events(next.body)[0] as { id: number; result: { content: { text: string }[] } };
+    const answer = messages(next)[0] as { id: number; result: { content: { text: string }[] } };
     assert.equal(answer.id, 6);
     assert.equal(answer.result.content[0]?.text, 'still here');
   });
