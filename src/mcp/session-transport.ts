@@ -20,15 +20,18 @@ import {
  * pipes a web ReadableStream back into the Node response, and checks each message's kind by
  * running its zod schemas again; that was about 0.3 ms of the gateway's CPU per call, more than
  * the rest of a small model's call. This transport keeps the SDK's behaviour on the wire (the
- * same checks, status codes and JSON-RPC errors, an SSE stream per POST that carries requests,
- * the GET stream for messages not tied to a request, DELETE ending the session, keep-alive
- * comments) without the conversions. Nothing is written for a POST until something is to be sent
- * on it, so the transport chooses the form then, as the protocol lets a server choose per POST
- * (JSON or SSE): a POST of one request whose answer is the first thing sent gets that answer as
- * plain `application/json`, in one `end()` with its headers; anything sent before an answer
- * (progress, logging, a keep-alive) opens an SSE stream, and so does a batch of requests. A JSON
- * answer spares the client its event-stream parser, which for the SDK's fetch-based client is a
- * chain of web streams: about 0.1 ms per call on a 2-core VM (docs/architecture.md).
+ * same checks, status codes and JSON-RPC errors, the GET stream for messages not tied to a
+ * request, DELETE ending the session, keep-alive comments) without the conversions.
+ *
+ * A POST that carries requests is answered in one of the two forms the protocol lets a server
+ * choose per POST, decided when something is first to be sent on it: a lone request whose answer
+ * is that first thing gets the answer as plain `application/json`, in one `end()` with its
+ * headers; anything sent before an answer (progress, logging, a keep-alive) opens an SSE stream,
+ * and so does a batch of requests. The SDK's own 2026-07-28 handler does the same by default
+ * (`responseMode: 'auto'`). A JSON answer spares the client its event-stream parser, which for the
+ * SDK's fetch-based client is a chain of web streams: about 0.1 ms per call on a 2-core VM
+ * (docs/architecture.md).
+ *
  * What it leaves out is the SDK's opt-in resumability (an event store), which tensorgate does not
  * configure. Messages are validated with the SDK's own schema (`parseJSONRPCMessage`); the server
  * validates each request's params as it always does.
