@@ -22,7 +22,9 @@ import torch
 from ray import serve
 from starlette.requests import Request
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+#: bench/, where model_file.py is: the replica processes Ray starts import it too.
+BENCH = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, BENCH)
 from model_file import load_version  # noqa: E402
 
 
@@ -55,7 +57,12 @@ def main() -> None:
     parser.add_argument("--batch-timeout", type=float, default=0.0005)
     args = parser.parse_args()
 
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": BENCH}},
+    )
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     app = TorchModel.options(max_ongoing_requests=args.max_batch_size).bind(
         str(args.model_dir.resolve()), args.max_batch_size, args.batch_timeout

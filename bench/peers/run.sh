@@ -5,5 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/setup.sh --bench
+# The Node setup.sh installed (the project's LTS), as the README's commands run it.
+source scripts/lib.sh
+use_project_node
 node --import tsx bench/peers/run.ts "$@"
 node --import tsx bench/report.ts
