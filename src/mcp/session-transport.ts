@@ -50,7 +50,7 @@ const SSE_HEADERS = {
 };
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-/** The SSE response of one POST: the requests it carried and how many have been answered. */
+/** The response of one POST (JSON or an SSE stream): the requests it carried and how many have been answered. */
 interface PostStream {
   res: ServerResponse;
   requests: number;
@@ -291,8 +291,8 @@ export class NodeSessionTransport implements Transport {
 
   /**
    * Writes an SSE event to a POST's or the GET's stream, with the headers when they have not gone
-   * yet (so that a batch's answers and what comes before an answer leave in as few writes as they
-   * can), ending the stream after the last answer; resolves once the socket can take more.
+   * yet (the first event leaves in the same write), ending the stream after the last answer;
+   * resolves once the socket can take more.
    */
   private write(res: ServerResponse, data: string, last: boolean): Promise<void> {
     if (res.writableEnded) return Promise.resolve();
