@@ -77,7 +77,7 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     const file = JSON.parse(readFileSync(out, 'utf8')) as FixedCostAbResult;
     assert.deepEqual(
       file.results.map((r) => r.scenario),
-      ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin'],
+      ['oip/binary', 'oip/binary+spin', 'stdio/path', 'stdio/path+spin', 'http/path', 'http/list_models'],
     );
     for (const r of file.results) {
       assert.ok(r.p50_a_ms > 0 && r.p50_b_ms > 0, r.scenario);
@@ -88,5 +88,25 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     assert.match(section, /^## Two builds side by side \(bench\/fixed-cost\/ab.ts\)/);
     assert.match(section, /against B \S+ \(the same\)/);
     assert.match(section, /\| `stdio\/path\+spin` \| [\d.]+ \| [\d.]+ \| [+-]?\d+ \| \d\/2 \|/);
+    assert.match(section, /\| `http\/list_models` \| [\d.]+ \| [\d.]+ \| [+-]?\d+ \| \d\/2 \|/);
+    // A scenario it does not know is refused before anything starts.
+    await assert.rejects(
+      promisify(execFile)(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          join(ROOT, 'bench/fixed-cost/ab.ts'),
+          '--a',
+          ROOT,
+          '--b',
+          ROOT,
+          '--scenarios',
+          'oip/binary,nope',
+        ],
+        { cwd: ROOT, timeout: 60_000 },
+      ),
+      (err: Error & { stderr?: string }) => /unknown scenario nope; one of oip\/binary, /.test(err.stderr ?? ''),
+    );
   });
 });
