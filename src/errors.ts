@@ -92,7 +92,10 @@ export const ERROR_CODES = {
   SHARED_MEMORY_IN_USE: { status: 409, summary: 'A shared-memory region of that name is already registered.' },
   INVALID_CONFIG: { status: 400, summary: 'A model config does not match the model repository schema.' },
   UNSUPPORTED_FORMAT: { status: 400, summary: 'The model format is not supported by the installed runtime.' },
-  LOAD_FAILED: { status: 500, summary: 'The worker could not load or warm up the model.' },
+  LOAD_FAILED: {
+    status: 500,
+    summary: 'The worker could not load or warm up the model, or could not run on the CPUs `resources.cpus` names.',
+  },
   EXPORT_FAILED: {
     status: 422,
     summary:

@@ -22,6 +22,7 @@ import torch
 
 from . import _protocol
 from ._arena import InArena, OutArena, can_read_parent_files, read_files, write_files
+from ._cpus import place_on_cpus, requested_cpus
 from ._dtypes import NAMES, to_torch
 from ._errors import (
     BAD_PARAMETER,
@@ -148,6 +149,7 @@ class Worker:
     def _load(self, message: Message) -> Message:
         spec = ModelSpec.from_json(message.get("model"))
         requested_spin_us = _requested_spin_us(message.get("spin_us"))
+        cpus = requested_cpus(message.get("cpus"))
         if self.runner is not None:
             held = self.runner.spec
             raise WorkerError(
@@ -155,7 +157,24 @@ class Worker:
                 f"this worker already serves {held.name} v{held.version}; "
                 "one worker loads one model",
             )
-        torch.set_num_threads(max(1, spec.threads))
+        threads = max(1, spec.threads)
+        if cpus is not None:
+            # Before the first forward pass starts torch's threads, so that they start placed.
+            cpus = place_on_cpus(cpus)
+            if threads > len(cpus):
+                # More threads than cores wait on each other at every barrier of a parallel
+                # region: a forward pass 50x slower was seen. (The gateway's config check refuses
+                # this; a load request may still ask.)
+                log.warning(
+                    "%d threads asked on %d CPU%s (%s): running %d",
+                    threads,
+                    len(cpus),
+                    "" if len(cpus) == 1 else "s",
+                    ",".join(map(str, cpus)),
+                    len(cpus),
+                )
+                threads = len(cpus)
+        torch.set_num_threads(threads)
         if spec.processing is not None:
             model_inputs = {s.name: (NAMES[s.dtype], len(s.shape)) for s in spec.inputs}
             first_output = spec.outputs[0].name if spec.outputs else ""
@@ -187,16 +206,18 @@ class Worker:
         )
         self.channel.set_spin(spin_us / 1e6)
         log.info(
-            "loaded %s v%s (%s) on %s in %.1f ms, warm-up %.1f ms",
+            "loaded %s v%s (%s) on %s%s in %.1f ms, warm-up %.1f ms",
             spec.name,
             spec.version,
             spec.format,
             model.device,
+            f" (CPUs {','.join(map(str, cpus))})" if cpus is not None else "",
             _ms(start, loaded),
             warmup_ms,
         )
         return {
             "device": str(model.device),
+            **({"cpus": cpus} if cpus is not None else {}),
             "spin_us": spin_us,
             "pinned_bytes": pinned_bytes,
             "load_ms": _ms(start, loaded),

@@ -427,3 +427,52 @@ def test_a_cuda_models_outputs_come_back_whole_from_queued_copies(spawn, test_mo
         got = worker.outputs(worker.infer({"x": x}))
         assert torch.equal(got["argmax"], torch.argmax(x, dim=-1))
         assert torch.allclose(got["scores"], torch.softmax(x, dim=-1), atol=1e-6)
+
+
+def _thread_cpus(pid: int) -> dict[int, set[int]]:
+    """The CPUs each thread of a process may run on, by thread id."""
+    return {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+@pytest.mark.parametrize("count", [1, 2])
+def test_cpus_place_every_thread_of_the_worker_torch_threads_included(spawn, demo_models, count):
+    cpus = sorted(os.sched_getaffinity(0))[-count:]
+    if len(cpus) < count:
+        pytest.skip(f"needs {count} CPUs")
+    worker = spawn()
+    # Two threads on a convolutional model: torch's intra-op pool starts at the warm-up, after
+    # the placement, and must start placed. On one CPU the worker runs one thread.
+    model = load_request(demo_models, "image-classifier", "1", threads=2)
+    reply = worker.request("load", model=model, cpus=cpus)
+    assert reply["ok"], (reply, worker.log())
+    assert reply["result"]["cpus"] == cpus
+    image = torch.rand(1, 3, 224, 224)
+    assert worker.request("infer", inputs=[worker.put("image", image)])["ok"]
+    threads = _thread_cpus(worker.proc.pid)
+    assert all(placed == set(cpus) for placed in threads.values()), threads
+    assert f"(CPUs {','.join(map(str, cpus))})" in worker.log()
+    if count == 2:
+        assert len(threads) > 1, "torch's intra-op threads are running"
+    else:
+        assert "2 threads asked on 1 CPU" in worker.log(), worker.log()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_cpus_the_machine_lacks_fail_the_load_by_name_and_the_worker_goes_on(spawn, demo_models):
+    here = min(os.sched_getaffinity(0))
+    worker = spawn()
+    model = load_request(demo_models, "tabular-classifier")
+    for cpus, named in (([1023], "[1023]"), ([here, 1023], "CPUs [1023] are not available")):
+        error = error_of(worker.request("load", model=model, cpus=cpus))
+        assert error["code"] == "LOAD_FAILED" and named in error["message"], error
+        assert "name CPUs this machine has" in error["message"], error
+    for bad in ([], [-1], [1.5], [True], "0", 0):
+        error = error_of(worker.request("load", model=model, cpus=bad))
+        assert error["code"] == "BAD_PARAMETER" and "cpus" in error["message"], error
+    # A refused placement is undone: the worker runs where it ran before.
+    assert all(cpus == os.sched_getaffinity(0) for cpus in _thread_cpus(worker.proc.pid).values())
+    reply = worker.request("load", model=model, cpus=[here])
+    assert reply["ok"] and reply["result"]["cpus"] == [here], reply
+    x = torch.rand(1, 4)
+    assert worker.outputs(worker.infer({"features": x}))["probabilities"].shape == (1, 3)

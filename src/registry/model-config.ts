@@ -116,6 +116,48 @@ export const RemoteSchema = z
   .strict();
 export type RemoteConfig = z.infer<typeof RemoteSchema>;
 
+/** The most CPUs one model's `resources.cpus` may name (Linux's default CPU_SETSIZE). */
+const MAX_CPU_ID = 1023;
+
+/**
+ * A CPU list as `taskset -c` and cpusets write it ("1", "0-3", "0,2,4-7"), or the CPU ids as an
+ * array; either way sorted, without repeats.
+ */
+export const CpuListSchema = z
+  .union([
+    z
+      .string()
+      .regex(
+        /^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$/,
+        'cpus is a CPU list such as "1", "2-3" or "0,2,4-7"',
+      ),
+    z.array(z.number().int().min(0)).min(1, 'cpus names at least one CPU'),
+  ])
+  .transform((value, ctx) => {
+    const ids = typeof value === 'string' ? expandCpuList(value) : value;
+    if (ids === undefined) {
+      ctx.addIssue({ code: 'custom', message: 'a CPU range in cpus runs backwards (write "2-3", not "3-2")' });
+      return z.NEVER;
+    }
+    const over = ids.find((id) => id > MAX_CPU_ID);
+    if (over !== undefined) {
+      ctx.addIssue({ code: 'custom', message: `cpus names CPU ${over}; CPU ids go up to ${MAX_CPU_ID}` });
+      return z.NEVER;
+    }
+    return [...new Set(ids)].sort((a, b) => a - b);
+  });
+
+/** The ids a CPU list ("0-3,8", as /proc and taskset write it) names; undefined when a range runs backwards. */
+export function expandCpuList(list: string): number[] | undefined {
+  const ids: number[] = [];
+  for (const part of list.split(',')) {
+    const [first, last = first] = part.split('-').map((n) => Number(n.trim())) as [number, number?];
+    if (last < first) return undefined;
+    for (let id = first; id <= Math.min(last, MAX_CPU_ID + 1); id++) ids.push(id);
+  }
+  return ids;
+}
+
 export const ResourcesSchema = z.object({
   device: z
     .string()
@@ -132,6 +174,11 @@ export const ResourcesSchema = z.object({
    * CUDA device, 0 (off) on the CPU, where a spinning worker takes a core from the forward passes.
    */
   spin_us: z.number().int().min(0).max(100_000).optional(),
+  /**
+   * The CPUs this model's torch workers run on (their affinity), split between its instances when
+   * there are enough: see `instanceCpus`. Unset: wherever the operating system puts them.
+   */
+  cpus: CpuListSchema.optional(),
 });
 
 /**
@@ -234,6 +281,22 @@ export const ModelConfigSchema = z
           path: ['versions', version, 'onnx'],
           message: 'an onnx variant belongs to a PyTorch version (engine "torch")',
         });
+    const { cpus, instances, threads } = cfg.resources;
+    // The smallest share an instance gets (instanceCpus): torch's threads on fewer cores than
+    // there are threads wait for each other at every barrier (a 50x slower forward pass seen).
+    const share = cpus && (cpus.length >= instances ? Math.floor(cpus.length / instances) : cpus.length);
+    if (share && threads > share)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['resources', 'threads'],
+        message: `${threads} threads on the ${share} CPU${share === 1 ? '' : 's'} ${instances > 1 && cpus && cpus.length >= instances ? 'each instance gets from' : 'of'} resources.cpus would wait on each other: set threads to at most ${share}, or name more CPUs`,
+      });
+    if (cfg.engine !== 'torch' && cfg.resources.cpus !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['resources', 'cpus'],
+        message: `resources.cpus places torch workers; the ${cfg.engine} engine runs in the gateway process (place the gateway itself, e.g. with taskset)`,
+      });
     if (cfg.engine !== 'torch' && cfg.optimization.torch !== 'none')
       ctx.addIssue({
         code: 'custom',

@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { expandCpuList } from '../../src/registry/model-config.js';
 
 /** PIDs of the tensorgate workers that are children of this process. */
 export function workerPids(parent = process.pid): number[] {
@@ -21,4 +22,12 @@ export function workerPids(parent = process.pid): number[] {
 export function processState(pid: number): string {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+}
+
+/** The CPUs each thread of a process may run on (its affinity), one sorted list per thread. */
+export function threadCpus(pid: number): number[][] {
+  return readdirSync(`/proc/${pid}/task`).map((tid) => {
+    const status = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+    return expandCpuList(/^Cpus_allowed_list:\s*(\S+)$/m.exec(status)?.[1] ?? '') ?? [];
+  });
 }

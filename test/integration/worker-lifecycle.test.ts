@@ -7,7 +7,7 @@ import { eventLoopSpin } from '../../src/engines/torch/loop-spin.js';
 import type { Gateway } from '../../src/gateway.js';
 import { openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
-import { processState, workerPids } from '../helpers/processes.js';
+import { processState, threadCpus, workerPids } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
 
 /**
@@ -193,6 +193,55 @@ describe('worker lifecycle', { timeout: 300_000 }, () => {
     await waitFor('the stopped worker gone', () =>
       workerPids().every((pid) => before.includes(pid)) ? true : undefined,
     );
+    const ok = await gateway.infer({ model: 'sleepy', inputs: { x: [[0, 0, 0, 0]] } });
+    assert.equal(ok.model, 'sleepy');
+  });
+
+  it("runs each instance's worker, every thread of it, on its share of resources.cpus", async () => {
+    const mine = threadCpus(process.pid)[0] ?? [];
+    const cpus = mine.slice(0, 2);
+    const before = workerPids();
+    const placed = copyModel('mlp', 'placed', (config) => {
+      config.resources = { ...config.resources, instances: 2, cpus };
+    });
+    assert.equal((await gateway.register(placed)).versions[0]?.state, 'ready');
+    const started = workerPids().filter((pid) => !before.includes(pid));
+    assert.equal(started.length, 2);
+    // Two CPUs: one for each instance; one CPU: both share it.
+    const expected = cpus.length === 2 ? [[cpus[0]], [cpus[1]]] : [cpus, cpus];
+    const placements = started.map((pid) => {
+      const threads = threadCpus(pid);
+      assert.ok(
+        threads.every((t) => JSON.stringify(t) === JSON.stringify(threads[0])),
+        `every thread of worker ${pid} runs where the worker does: ${JSON.stringify(threads)}`,
+      );
+      return threads[0];
+    });
+    assert.deepEqual(
+      placements.sort((a, b) => (a?.[0] ?? 0) - (b?.[0] ?? 0)),
+      expected,
+    );
+    await gateway.register(join(models, 'mlp'));
+    const x = [[0.5, -1, 2, 0.25]];
+    const [answer, reference] = await Promise.all([
+      gateway.infer({ model: 'placed', inputs: { x } }),
+      gateway.infer({ model: 'mlp', inputs: { x } }),
+    ]);
+    assert.deepEqual(
+      answer.outputs.map((o) => o.summary.values),
+      reference.outputs.map((o) => o.summary.values),
+    );
+    await gateway.unloadModel('placed');
+    await gateway.unloadModel('mlp');
+  });
+
+  it('fails a version whose resources.cpus this machine lacks, naming them, and keeps serving', async () => {
+    const nowhere = copyModel('mlp', 'nowhere-cpus', (config) => {
+      config.resources = { ...config.resources, cpus: [1023] };
+    });
+    const info = await gateway.register(nowhere);
+    assert.equal(info.versions[0]?.state, 'failed');
+    assert.match(info.versions[0]?.error ?? '', /resources\.cpus \[1023\] cannot be had/);
     const ok = await gateway.infer({ model: 'sleepy', inputs: { x: [[0, 0, 0, 0]] } });
     assert.equal(ok.model, 'sleepy');
   });

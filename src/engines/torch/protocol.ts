@@ -90,6 +90,8 @@ export const LoadResultSchema = z.object({
   device: z.string(),
   /** How long the worker polls its channel after answering (0: it blocks at once). */
   spin_us: z.number().int().nonnegative().optional(),
+  /** The CPUs the worker runs on, when the load request placed it (`cpus`). */
+  cpus: z.array(z.number().int().nonnegative()).optional(),
   load_ms: z.number(),
   warmup_ms: z.number(),
   /** Parameters and buffers of the loaded model. */

@@ -13,6 +13,7 @@ import type {
   NamedTensor,
 } from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
+import { instanceCpus } from './cpu-placement.js';
 import { AnswerSpin } from './loop-spin.js';
 import {
   type FileRead,
@@ -63,7 +64,7 @@ export class TorchInstance implements EngineInstance {
 
   constructor(
     private readonly spec: ModelVersionSpec,
-    index: number,
+    private readonly index: number,
     private readonly options: TorchInstanceOptions = {},
   ) {
     this.label = `${spec.config.name}@${spec.version}#${index}`;
@@ -99,8 +100,14 @@ export class TorchInstance implements EngineInstance {
     };
     // Unset: the worker picks by the device it loaded on (CUDA spins, the CPU does not).
     const spinUs = config.resources.spin_us;
+    const { cpus } = config.resources;
     const loaded = LoadResultSchema.parse(
-      await this.loadWithin(worker, { model, variants, ...(spinUs !== undefined ? { spin_us: spinUs } : {}) }),
+      await this.loadWithin(worker, {
+        model,
+        variants,
+        ...(spinUs !== undefined ? { spin_us: spinUs } : {}),
+        ...(cpus ? { cpus: instanceCpus(cpus, config.resources.instances, this.index) } : {}),
+      }),
     );
     // A worker that spins answers at once; the gateway keeps its loop turning for that answer.
     this.answerSpin = new AnswerSpin((loaded.spin_us ?? 0) / 1000, { wakeEarly: loaded.device.startsWith('cuda') });

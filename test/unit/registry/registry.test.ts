@@ -26,6 +26,40 @@ test('config defaults are filled in and the highest version is the default', () 
   assert.equal(defaultVersion(parseModelConfig({ ...raw, default_version: '1' }, 'test')), '1');
 });
 
+test('resources.cpus takes a CPU list or ids, sorted without repeats, and only for torch workers', () => {
+  const cpus = (value: unknown) => parseModelConfig({ ...raw, resources: { cpus: value } }, 'c').resources.cpus;
+  assert.equal(parseModelConfig(raw, 'c').resources.cpus, undefined);
+  assert.deepEqual(cpus('1'), [1]);
+  assert.deepEqual(cpus('0-3, 8'), [0, 1, 2, 3, 8]);
+  assert.deepEqual(cpus('4,2-3,2'), [2, 3, 4]);
+  assert.deepEqual(cpus([3, 1, 3]), [1, 3]);
+  for (const [bad, why] of [
+    ['', /CPU list such as/],
+    ['1-', /CPU list such as/],
+    ['a', /CPU list such as/],
+    ['3-2', /runs backwards/],
+    ['0-99999999', /CPU 1024; CPU ids go up to 1023/],
+    [[], /at least one CPU/],
+    [[-1], /resources\.cpus/],
+    [[1.5], /resources\.cpus/],
+  ] as const)
+    assert.throws(() => cpus(bad), why, String(bad));
+  // torch's threads need a CPU each, of what the instance gets.
+  const resources = (r: Record<string, unknown>) => parseModelConfig({ ...raw, resources: r }, 'c').resources;
+  assert.equal(resources({ cpus: '0-3', threads: 2, instances: 2 }).threads, 2);
+  assert.equal(resources({ cpus: '0-1', threads: 2, instances: 3 }).threads, 2); // all share both
+  assert.throws(
+    () => resources({ cpus: '0-2', threads: 2, instances: 2 }),
+    /2 threads on the 1 CPU each instance gets from resources\.cpus would wait on each other: set threads to at most 1/,
+  );
+  assert.throws(() => resources({ cpus: [4], threads: 4 }), /4 threads on the 1 CPU of resources\.cpus/);
+  const onnx = { ...raw, engine: 'onnx', versions: { '1': { format: 'onnx', file: 'model.onnx' } } };
+  assert.throws(
+    () => parseModelConfig({ ...onnx, resources: { cpus: '1' } }, 'c'),
+    /resources\.cpus places torch workers; the onnx engine runs in the gateway process/,
+  );
+});
+
 test('an invalid config lists every problem in one INVALID_CONFIG error', () => {
   const bad = {
     ...raw,
