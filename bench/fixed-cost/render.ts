@@ -13,6 +13,20 @@ function aboveFloor(p50: number, floor: number, raw: number): number {
   return Math.round((p50 - floor - raw) * 1000) / 1000;
 }
 
+/** What the `@placed` scenarios show, where the run had them. */
+function placementText(r: FixedCostResult, p50: (name: string) => number): string[] {
+  const placement = r.config.placement;
+  if (!placement) return [];
+  if ('none' in placement) return [`No placed scenarios in this run: ${placement.none}.`, ''];
+  const stage = (name: string) => r.scenarios.find((s) => s.name === name)?.server_ms?.compute_ms;
+  const cpu = (name: string) => r.scenarios.find((s) => s.name === name)?.cpu_ms_per_call?.gateway;
+  const slower = p50('oip/binary@placed') > p50('oip/binary');
+  return [
+    `Placed (\`resources.cpus\`, [architecture.md](architecture.md#cpu-placement)): with the worker on CPU ${placement.worker} and the gateway and the client on CPU ${placement.gateway}, the worker's forward pass takes ${stage('oip/binary@placed')} ms against ${stage('oip/binary')} ms on a core it shares; the call as a whole ${p50('oip/binary@placed')} ms against ${p50('oip/binary')} over OIP and ${p50('stdio/path@placed')} against ${p50('stdio/path')} over stdio, and the gateway's CPU per OIP call ${cpu('oip/binary@placed')} ms against ${cpu('oip/binary')}.${slower ? ' What the worker gains, the gateway and the client lose: on one core they take turns.' : ''} \`raw@placed\`: the raw forward on the worker's CPU.`,
+    '',
+  ];
+}
+
 export function renderFixedCost(files: unknown[]): string {
   const runs = files as FixedCostResult[];
   const r = runs.at(-1) as FixedCostResult;
@@ -51,6 +65,7 @@ export function renderFixedCost(files: unknown[]): string {
           '',
         ]
       : []),
+    ...placementText(r, p50),
     '### Server stage timings (medians, ms)',
     '',
     "As the server reports them; _outside server_ = p50 of the call - the server's total: the transport (HTTP or MCP stdio), the SDK and the client.",

@@ -38,6 +38,8 @@ export interface FixedCostResult {
     seconds: number;
     /** What was measured, when not this checkout as it is (e.g. an earlier commit, for comparison). */
     label?: string;
+    /** The CPUs of the `@placed` scenarios, or why there are none (older runs: absent). */
+    placement?: { gateway: number; worker: number } | { none: string };
   };
   scenarios: ScenarioResult[];
   targets: TargetResult[];

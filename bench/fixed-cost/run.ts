@@ -23,6 +23,9 @@
  * - `sdk-echo/path`: the MCP TypeScript SDK alone (McpServer over its stdio transport, a no-op
  *   `infer` tool) carrying the same arguments;
  * - `echo/path`: a bare newline-delimited JSON-RPC echo over a pipe, no SDK at all;
+ * - `oip/binary@placed`, `stdio/path@placed`, `raw@placed`: the same with the worker on a CPU of
+ *   its own (`resources.cpus`), the gateway and this client on another (placement.ts), and the raw
+ *   baseline on the worker's CPU; left out where CPUs cannot be placed (fewer than 2, no taskset);
  * - `floor/http`, `floor/hop`, `floor/hop+spin`: the architecture floor for `oip/binary`
  *   (hop-server.ts): a bare node:http server answering the same request with an answer of the
  *   same size, at once or after one round trip to a Python process over a socket pair, framed and
@@ -32,7 +35,7 @@
  * gateway and of the model's worker (from /proc), which is what the spin costs.
  * Results go to bench/results/fixed-cost-<time>.json; `node --import tsx bench/report.ts` renders them.
  */
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -46,6 +49,7 @@ import { distribution, median, medianPerKey, round } from '../mcp-overhead/stats
 import { binaryRequest, postForHeader } from '../oip/requests.js';
 import { startProcess, startTensorgate, stopAll, stopProcess } from '../peers/harness.js';
 import { fixedCostModels, INPUT, MODEL, SPIN_MODEL } from './models.js';
+import { findPlacement, type Placement, pin, placedRepo } from './placement.js';
 import type { FixedCostResult, ScenarioResult } from './results.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -75,6 +79,8 @@ interface Scenario {
   call: () => Promise<StageTimings | undefined>;
   /** The process whose CPU (and its children's) a call of this scenario costs. */
   pid?: number;
+  /** Set for the placed scenarios: this client runs on the gateway's CPU while it calls them. */
+  placed?: Placement;
 }
 
 /** The stage timings an OIP answer carries in its parameters. */
@@ -86,6 +92,47 @@ function stageTimings(p: Record<string, number>): StageTimings {
     compute_ms: p.compute_ms ?? 0,
     encode_ms: p.encode_ms ?? 0,
     total_ms: p.total_ms ?? 0,
+  };
+}
+
+/**
+ * The placed gateways (HTTP and stdio) over a repository of the shipped model placed by
+ * `resources.cpus`, pinned to the gateway's CPU, and the raw baseline pinned to the worker's; none
+ * where this machine cannot place (the reason is printed).
+ */
+async function startPlaced(work: string, npy: string, plainDir: string) {
+  const placement = findPlacement();
+  if (typeof placement === 'string') {
+    process.stderr.write(`no placed scenarios: ${placement}\n`);
+    return { why: placement, close: async () => {} };
+  }
+  const dir = join(work, 'placed');
+  mkdirSync(dir);
+  const repo = placedRepo(plainDir, join(dir, 'models'), placement.worker);
+  const http = await startTensorgate(ROOT, repo, dir, /ready: .* at (http:\/\/[\d.]+:\d+)\/mcp/, [
+    '--allow-root',
+    work,
+  ]);
+  const stdio = await McpConnection.open('stdio', { root: ROOT, models: repo, workDir: dir });
+  await stdio.waitReady(MODEL);
+  const baseline = new BaselineProcess(pythonExecutable(), plainDir, npy, 200);
+  await baseline.ready;
+  for (const pid of [http.child.pid, stdio.pid]) pin(pid as number, placement.gateway);
+  pin(baseline.pid as number, placement.worker);
+  // The stdio server's allowed root is its work folder: the input is copied there.
+  const placedNpy = join(dir, 'row.npy');
+  copyFileSync(npy, placedNpy);
+  return {
+    placement,
+    base: http.base,
+    httpPid: http.child.pid,
+    stdio,
+    baseline,
+    npy: placedNpy,
+    close: async () => {
+      await Promise.all([stdio.close(), baseline.close()]);
+      await stopProcess(http.child);
+    },
   };
 }
 
@@ -118,6 +165,8 @@ async function main(): Promise<void> {
     { name: 'raw', process: baseline },
     ...(uncheckedInfo.unchecked ? [{ name: 'raw/unchecked', process: unchecked }] : []),
   ];
+  const placed = await startPlaced(work, npy, plainDir);
+  if (placed.baseline) baselines.push({ name: 'raw@placed', process: placed.baseline });
 
   const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, INPUT);
   const oip = (model: string) => async () => {
@@ -188,6 +237,30 @@ async function main(): Promise<void> {
         return undefined;
       },
     },
+    ...(placed.placement
+      ? [
+          {
+            name: 'oip/binary@placed',
+            what: `\`oip/binary\` with the worker on CPU ${placed.placement.worker} (\`resources.cpus\`), the gateway and this client on CPU ${placed.placement.gateway}`,
+            call: async () => {
+              const header = await postForHeader(placed.base, `/v2/models/${MODEL}/infer`, body);
+              return stageTimings(header.parameters as Record<string, number>);
+            },
+            pid: placed.httpPid,
+            placed: placed.placement,
+          },
+          {
+            name: 'stdio/path@placed',
+            what: `\`stdio/path\` placed the same way`,
+            call: mcp(placed.stdio as McpConnection, 'infer', {
+              model: MODEL,
+              inputs: { features: { path: placed.npy } },
+            }),
+            pid: placed.stdio?.pid,
+            placed: placed.placement,
+          },
+        ]
+      : []),
     {
       name: 'floor/http',
       what: 'bare node:http server, the same request and an answer of the same size: the HTTP floor',
@@ -214,7 +287,9 @@ async function main(): Promise<void> {
   for (const s of scenarios) {
     latencies.set(s.name, []);
     stages.set(s.name, []);
+    if (s.placed) pin(process.pid, s.placed.gateway);
     for (let i = 0; i < warmup; i++) await s.call();
+    if (s.placed) pin(process.pid, s.placed.own);
   }
   for (const b of baselines) await b.process.run(warmup);
   const started = performance.now();
@@ -225,12 +300,14 @@ async function main(): Promise<void> {
     for (const s of scenarios) {
       const before = s.pid ? cpuMs(s.pid) : undefined;
       const into = latencies.get(s.name) as number[];
+      if (s.placed) pin(process.pid, s.placed.gateway);
       for (let i = 0; i < calls; i++) {
         const t0 = performance.now();
         const timings = await s.call();
         into.push(performance.now() - t0);
         if (timings) stages.get(s.name)?.push(timings);
       }
+      if (s.placed) pin(process.pid, s.placed.own);
       if (s.pid && before) {
         const after = cpuMs(s.pid);
         const c = cpu.get(s.name) ?? { gateway: 0, worker: 0, calls: 0 };
@@ -252,6 +329,15 @@ async function main(): Promise<void> {
     results.push({
       name: 'raw/unchecked',
       what: "the same, without the exported module's per-call structure check (as the worker runs it)",
+      latency,
+      over_raw_ms: round(latency.p50 - raw.p50),
+    });
+  }
+  if (latencies.has('raw@placed') && placed.placement) {
+    const latency = distribution(latencies.get('raw@placed') as number[]);
+    results.push({
+      name: 'raw@placed',
+      what: `\`raw\` on CPU ${placed.placement.worker}, where the placed worker runs`,
       latency,
       over_raw_ms: round(latency.p50 - raw.p50),
     });
@@ -302,6 +388,9 @@ async function main(): Promise<void> {
       spin_us: spinUs,
       seconds: round(seconds, 1),
       ...(opts.label ? { label: opts.label } : {}),
+      placement: placed.placement
+        ? { gateway: placed.placement.gateway, worker: placed.placement.worker }
+        : { none: placed.why ?? '' },
     },
     scenarios: results,
     targets,
@@ -323,6 +412,7 @@ async function main(): Promise<void> {
   process.stderr.write(`wrote ${out}\n`);
 
   await Promise.all([
+    placed.close(),
     stdio.close(),
     mcpHttp.close(),
     mcpHttp2026.close(),

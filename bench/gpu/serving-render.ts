@@ -37,6 +37,8 @@ export interface GpuServingFile {
     spin_us: number;
     /** The spin of the copy called again at concurrency 1 (absent or 0: no such rows). */
     wider_spin_us?: number;
+    /** The CPUs of the copy placed by `resources.cpus` (absent or null: no such rows). */
+    placed_cpus?: number[] | null;
     batching: string[];
     clients: string;
   };
@@ -59,7 +61,7 @@ export function renderGpuServing(files: unknown[]): string {
   return [
     '## Serving on a GPU (bench/gpu/serving.py)',
     '',
-    `\`python3 bench/gpu/serving.py\`: the demo image model (\`.pt2\`, 1x3x224x224 float32) on \`${f.device}\` (${where}torch ${f.torch}, ${f.cpus} CPUs), workers spinning ${f.config.spin_us} µs${f.config.wider_spin_us ? ` (${f.config.wider_spin_us} µs in the rows that say so: the gateway waits awake only for answers within the spin)` : ''}, against the raw forward in one process (host tensor in, \`.to(device)\`, forward, \`.cpu()\`): ${f.raw.latency.p50} ms p50 at batch 1, ${f.raw.batch32_rows_per_s} rows/s at batch 32. ${f.config.seconds} s per block; concurrency 32 from ${f.config.clients}, against copies with dynamic batching (max rows:delay µs:instances); _gateway CPU ms/call_ from /proc, of the whole process and of its main thread alone (the JavaScript thread every request passes through: 1000 / its ms per call bounds one gateway's calls per second). Run ${f.date.slice(0, 16).replace('T', ' ')} UTC, ${f.seconds} s.`,
+    `\`python3 bench/gpu/serving.py\`: the demo image model (\`.pt2\`, 1x3x224x224 float32) on \`${f.device}\` (${where}torch ${f.torch}, ${f.cpus} CPUs), workers spinning ${f.config.spin_us} µs${f.config.wider_spin_us ? ` (${f.config.wider_spin_us} µs in the rows that say so: the gateway waits awake only for answers within the spin)` : ''}${f.config.placed_cpus ? `; "worker on CPUs ${f.config.placed_cpus.join(',')}": a copy whose worker has those CPUs to itself (\`resources.cpus\`; the gateway and the client wherever the system puts them)` : ''}, against the raw forward in one process (host tensor in, \`.to(device)\`, forward, \`.cpu()\`): ${f.raw.latency.p50} ms p50 at batch 1, ${f.raw.batch32_rows_per_s} rows/s at batch 32. ${f.config.seconds} s per block; concurrency 32 from ${f.config.clients}, against copies with dynamic batching (max rows:delay µs:instances); _gateway CPU ms/call_ from /proc, of the whole process and of its main thread alone (the JavaScript thread every request passes through: 1000 / its ms per call bounds one gateway's calls per second). Run ${f.date.slice(0, 16).replace('T', ' ')} UTC, ${f.seconds} s.`,
     '',
     '| concurrency 1 | p50 ms | p90 ms | p99 ms | over raw ms | server stages: decode / queue / transfer / compute / encode / total ms |',
     '| --- | ---: | ---: | ---: | ---: | --- |',

@@ -2,7 +2,8 @@
 """Serving on a GPU: what a call costs over a raw forward, and how much of the device it uses.
 
     python3 bench/gpu/serving.py [--device cuda] [--seconds 5] [--spin-us 1000]
-                                 [--wider-spin-us 3000] [--batching 32:2000:1,32:1000:2] [--out DIR]
+                                 [--wider-spin-us 3000] [--placed-cpus auto|off|LIST]
+                                 [--batching 32:2000:1,32:1000:2] [--out DIR]
 
 The demo image model (ResNet-18 shape, ``.pt2``, 1x3x224x224 float32) on ``--device``, served by
 ``tensorgate serve`` (``node bin/tensorgate.js``, workers on this interpreter), against the raw
@@ -15,6 +16,10 @@ batch 1 (latency) and batch 32 (rows per second).
   ``--wider-spin-us``: the gateway waits for a worker's answer awake only when answers come within
   the spin (docs/worker-protocol.md#spinning), and a GPU forward with its copies may take longer
   than the default 1000 µs; the pair says whether waiting awake pays on this GPU.
+- Concurrency 1 again, stdio by path and OIP binary, against a copy placed on CPUs of its own
+  (``resources.cpus``, ``--placed-cpus``; by default the last ones this process may use, one per
+  thread of the model, where 2 are left for the client and the gateway): whether keeping the
+  worker's cores to itself pays on a host with cores to spare (docs/architecture.md#cpu-placement).
 - Concurrency 32 against a copy with dynamic batching (``--batching`` max:delay_us:instances, a
   comma list to compare several): OIP shared memory, OIP binary, MCP Streamable HTTP by path, from
   4 client processes of 8 threads each (one Python process could not keep up), with the GPU's
@@ -59,13 +64,20 @@ SHAPE = (1, 3, 224, 224)
 PROCESSES, THREADS = 4, 8
 TARGETS_C1_MS = {"stdio/path": 0.5, "oip/binary": 0.3, "oip/shm": 0.3, "http/path": 1.0}
 TARGETS_C32_SHARE = {"oip/shm": 0.8, "oip/binary": 0.4, "http/path": 0.25}
+#: The copy of the image model whose worker runs on a CPU of its own.
+PLACED = "image-placed"
 
 
 # --- the models and the raw forward --------------------------------------------------------------
 
 
 def build_repository(
-    work: Path, device: str, spin_us: int, wider_spin_us: int, batching: list[str]
+    work: Path,
+    device: str,
+    spin_us: int,
+    wider_spin_us: int,
+    batching: list[str],
+    placed_cpus: list[int] | None = None,
 ) -> Path:
     demo, repo = work / "demo", work / "repo"
     subprocess.run(
@@ -84,6 +96,8 @@ def build_repository(
     if wider_spin_us:
         wider = {**resources, "spin_us": wider_spin_us}
         copy_model(demo, repo, wider_name(wider_spin_us), wider, None)
+    if placed_cpus is not None:
+        copy_model(demo, repo, PLACED, {**resources, "cpus": placed_cpus}, None)
     for setting in batching:
         max_rows, delay_us, instances = (int(v) for v in setting.split(":"))
         copy_model(
@@ -94,6 +108,18 @@ def build_repository(
             {"max_batch_size": max_rows, "max_queue_delay_us": delay_us},
         )
     return repo
+
+
+def placed_cpus_of(choice: str, threads: int) -> list[int] | None:
+    """The CPUs of the placed copy, one per thread of the model: ``auto`` takes the last this
+    process may use when that leaves 2 or more to the client and the gateway, ``off`` none, else a
+    comma list of CPU ids."""
+    if choice == "off" or not hasattr(os, "sched_getaffinity"):
+        return None
+    if choice == "auto":
+        cpus = sorted(os.sched_getaffinity(0))
+        return cpus[-threads:] if len(cpus) >= threads + 2 else None
+    return [int(cpu) for cpu in choice.split(",")]
 
 
 def batched_name(setting: str) -> str:
@@ -503,6 +529,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--spin-us", type=int, default=1000)
     parser.add_argument("--wider-spin-us", type=int, default=3000, help="0: no such block")
+    parser.add_argument(
+        "--placed-cpus", default="auto", help="the placed copy's CPUs: auto, off or a CPU list"
+    )
     # One instance waiting for full batches, and two sharing the GPU with a shorter delay (one
     # instance's copies and Python work overlap the other's compute).
     parser.add_argument(
@@ -513,8 +542,13 @@ def main() -> int:
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="tg-gpu-serving-"))
     settings = [s for s in args.batching.split(",") if s]
-    repo = build_repository(work, args.device, args.spin_us, args.wider_spin_us, settings)
+    image_config = json.loads((ROOT / "models/image-classifier/config.json").read_text())
+    placed_cpus = placed_cpus_of(args.placed_cpus, image_config["resources"].get("threads", 1))
+    repo = build_repository(
+        work, args.device, args.spin_us, args.wider_spin_us, settings, placed_cpus
+    )
     wider = [wider_name(args.wider_spin_us)] if args.wider_spin_us else []
+    placed = [PLACED] if placed_cpus is not None else []
     npy = str(work / "image.npy")
     x = np.random.default_rng(0).random(SHAPE, dtype=np.float32)
     np.save(npy, x)
@@ -542,7 +576,7 @@ def main() -> int:
     c32: dict[str, dict[str, Any]] = {}
     memory: dict[str, float] = {}
     try:
-        wait_ready(port, ["image", *wider, *map(batched_name, settings)])
+        wait_ready(port, ["image", *wider, *placed, *map(batched_name, settings)])
         stdio = McpStdio([*cli, "--registry", str(work / "stdio.db"), "serve", "--stdio"], env,
                          work / "stdio.log")  # fmt: skip
         arguments = {"model": "image", "inputs": {"image": {"path": npy}}}
@@ -560,13 +594,17 @@ def main() -> int:
             c1[form] = sequential(call, args.seconds)
             c1[form]["over_raw_ms"] = round(c1[form]["latency"]["p50"] - raw["latency"]["p50"], 3)
         forms["oip/shm"].release()  # type: ignore[attr-defined]
-        for model in wider:
-            spun = {**arguments, "model": model}
+        # The copies called again at concurrency 1, each by what sets it apart.
+        copies = [(model, f"spin {args.wider_spin_us} µs") for model in wider] + [
+            (model, f"worker on CPUs {','.join(map(str, placed_cpus or []))}") for model in placed
+        ]
+        for model, label in copies:
+            copy_arguments = {**arguments, "model": model}
             for form, call in {
-                "stdio/path": lambda spun=spun: stdio.tool("infer", spun),
+                "stdio/path": lambda a=copy_arguments: stdio.tool("infer", a),
                 "oip/binary": oip_binary_call(port, model, x),
             }.items():
-                key = f"{form} (spin {args.wider_spin_us} µs)"
+                key = f"{form} ({label})"
                 print(f"concurrency 1: {key}", file=sys.stderr)
                 c1[key] = sequential(call, args.seconds)
                 c1[key]["over_raw_ms"] = round(c1[key]["latency"]["p50"] - raw["latency"]["p50"], 3)
@@ -604,6 +642,7 @@ def main() -> int:
             "seconds": args.seconds,
             "spin_us": args.spin_us,
             "wider_spin_us": args.wider_spin_us,
+            "placed_cpus": placed_cpus,
             "batching": settings,
             "clients": f"{PROCESSES} processes x {THREADS} threads",
         },  # fmt: skip

@@ -287,6 +287,10 @@ export class BaselineProcess {
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
   async run(n: number, gapMs = 0): Promise<Sample[]> {
     const line = this.nextLine();
     this.child.stdin?.write(`${n} ${gapMs}\n`);

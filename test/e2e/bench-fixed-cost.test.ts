@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
+import { findPlacement } from '../../bench/fixed-cost/placement.js';
 import { renderFixedCost } from '../../bench/fixed-cost/render.js';
 import { renderFixedCostAb } from '../../bench/fixed-cost/render-ab.js';
 import type { FixedCostAbResult, FixedCostResult } from '../../bench/fixed-cost/results.js';
@@ -27,9 +28,17 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     });
     const file = JSON.parse(readFileSync(out, 'utf8')) as FixedCostResult;
     const names = file.scenarios.map((s) => s.name);
+    // The placed scenarios need two CPUs and taskset; where they are missing the file says why.
+    const placement = findPlacement();
+    const placed = typeof placement !== 'string';
+    assert.deepEqual(
+      file.config.placement,
+      placed ? { gateway: placement.gateway, worker: placement.worker } : { none: placement },
+    );
     assert.deepEqual(names, [
       'raw',
       'raw/unchecked', // the project's torch runs an exported program's guards in its graph
+      ...(placed ? ['raw@placed'] : []),
       'oip/binary',
       'oip/binary+spin',
       'stdio/path',
@@ -40,13 +49,15 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
       'stdio/list_models',
       'sdk-echo/path',
       'echo/path',
+      ...(placed ? ['oip/binary@placed', 'stdio/path@placed'] : []),
       'floor/http',
       'floor/hop',
       'floor/hop+spin',
     ]);
     for (const s of file.scenarios) assert.equal(s.latency.n, 20, s.name);
     // The tensorgate inference scenarios carry the server's own stage timings and CPU figures.
-    for (const name of ['oip/binary', 'oip/binary+spin', 'stdio/path', 'http/path']) {
+    const inference = ['oip/binary', 'oip/binary+spin', 'stdio/path', 'http/path'];
+    for (const name of [...inference, ...(placed ? ['oip/binary@placed', 'stdio/path@placed'] : [])]) {
       const s = file.scenarios.find((x) => x.name === name);
       const compute = s?.server_ms?.compute_ms ?? 0;
       assert.ok(compute > 0 && (s?.server_ms?.total_ms ?? 0) >= compute, name);
