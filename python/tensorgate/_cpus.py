@@ -2,7 +2,8 @@
 
 A forward pass is short next to the time between calls, and whatever runs on the worker's core
 in between (the gateway, a client, another model's worker) takes the caches the next pass needs:
-on a core of its own the pass runs as fast as in a loop (docs/architecture.md#cpu-placement).
+on a core of its own the pass runs as fast as in a loop. Whether the whole call gains depends on
+what the other cores are then left to carry (docs/architecture.md#cpu-placement).
 """
 
 from __future__ import annotations

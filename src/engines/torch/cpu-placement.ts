@@ -3,7 +3,8 @@
  * the time between calls, and whatever else runs on its core in between (the gateway, a client,
  * another model's worker) takes the caches it needs; a core of its own keeps them. On the
  * development VM a forward pass of the tabular model took 0.10 ms on a core shared with the
- * gateway and the client and 0.06 ms on its own (docs/architecture.md#cpu-placement).
+ * gateway and the client and 0.06 ms on its own, though the call as a whole was slower there: the
+ * gateway and the client were left one core to share (docs/architecture.md#cpu-placement).
  */
 
 /**
