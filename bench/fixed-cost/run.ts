@@ -169,10 +169,12 @@ async function main(): Promise<void> {
   if (placed.baseline) baselines.push({ name: 'raw@placed', process: placed.baseline });
 
   const body = binaryRequest({ input: 'features', output: 'probabilities', shape: [1, 4], outputBytes: 12 }, INPUT);
-  const oip = (model: string) => async () => {
-    const header = await postForHeader(http.base, `/v2/models/${model}/infer`, body);
-    return stageTimings(header.parameters as Record<string, number>);
-  };
+  const oip =
+    (model: string, base = http.base) =>
+    async () => {
+      const header = await postForHeader(base, `/v2/models/${model}/infer`, body);
+      return stageTimings(header.parameters as Record<string, number>);
+    };
   const bare = (path: string) => async () => {
     await postForHeader(floorBase, path, body);
     return undefined;
@@ -242,10 +244,7 @@ async function main(): Promise<void> {
           {
             name: 'oip/binary@placed',
             what: `\`oip/binary\` with the worker on CPU ${placed.placement.worker} (\`resources.cpus\`), the gateway and this client on CPU ${placed.placement.gateway}`,
-            call: async () => {
-              const header = await postForHeader(placed.base, `/v2/models/${MODEL}/infer`, body);
-              return stageTimings(header.parameters as Record<string, number>);
-            },
+            call: oip(MODEL, placed.base),
             pid: placed.httpPid,
             placed: placed.placement,
           },
