@@ -78,9 +78,10 @@ def _thread_ids() -> list[int]:
 
 
 def _unavailable(cpus: list[int], why: str) -> str:
-    here = [f"online {_read(_ONLINE)}"] if _read(_ONLINE) else []
-    if _read(_CGROUP_CPUS):
-        here.append(f"this container's cpuset {_read(_CGROUP_CPUS)}")
+    online, cpuset = _read(_ONLINE), _read(_CGROUP_CPUS)
+    here = [f"online {online}"] if online else []
+    if cpuset:
+        here.append(f"this container's cpuset {cpuset}")
     where = f" (CPUs here: {', '.join(here)})" if here else ""
     return f"resources.cpus {cpus} cannot be had: {why}{where}; name CPUs this machine has"
 

@@ -158,6 +158,22 @@ export function expandCpuList(list: string): number[] | undefined {
   return ids;
 }
 
+/**
+ * The CPUs instance `index` of `instances` runs on. With a CPU for each instance at least, the
+ * list is cut into as many runs as there are instances, in order and as even as they come (5 CPUs
+ * for 2 instances: 3 and 2), so that instances do not take turns on a core; with fewer, every
+ * instance gets the whole list and the operating system shares it out. A worker on cores of its
+ * own keeps their caches between calls; whether the call as a whole gains depends on what the
+ * other cores are left to carry (docs/architecture.md#cpu-placement).
+ */
+export function instanceCpus(cpus: readonly number[], instances: number, index: number): number[] {
+  if (instances <= 1 || cpus.length < instances) return [...cpus];
+  const base = Math.floor(cpus.length / instances);
+  const extra = cpus.length % instances;
+  const start = index * base + Math.min(index, extra);
+  return cpus.slice(start, start + base + (index < extra ? 1 : 0));
+}
+
 export const ResourcesSchema = z.object({
   device: z
     .string()
@@ -282,9 +298,9 @@ export const ModelConfigSchema = z
           message: 'an onnx variant belongs to a PyTorch version (engine "torch")',
         });
     const { cpus, instances, threads } = cfg.resources;
-    // The smallest share an instance gets (instanceCpus): torch's threads on fewer cores than
+    // The smallest share an instance gets (the last one's): torch's threads on fewer cores than
     // there are threads wait for each other at every barrier (a 50x slower forward pass seen).
-    const share = cpus && (cpus.length >= instances ? Math.floor(cpus.length / instances) : cpus.length);
+    const share = cpus && instanceCpus(cpus, instances, instances - 1).length;
     if (share && threads > share)
       ctx.addIssue({
         code: 'custom',

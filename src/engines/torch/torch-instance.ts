@@ -2,6 +2,7 @@ import { closeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { Logger } from '../../observability/logger.js';
+import { instanceCpus } from '../../registry/model-config.js';
 import { allRowsWritten, type SinkRows, type TensorSource } from '../../tensor/source.js';
 import { byteLength } from '../../tensor/tensor.js';
 import type {
@@ -13,7 +14,6 @@ import type {
   NamedTensor,
 } from '../engine.js';
 import { arenaPath, InputArena, OutputArenaReader } from './arena.js';
-import { instanceCpus } from './cpu-placement.js';
 import { AnswerSpin } from './loop-spin.js';
 import {
   type FileRead,

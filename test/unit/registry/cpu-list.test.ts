@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { instanceCpus } from '../../../src/engines/torch/cpu-placement.js';
+import { instanceCpus } from '../../../src/registry/model-config.js';
 
 test('each instance gets its own run of the CPUs when there is one for each, as even as they come', () => {
   const shares = (cpus: number[], instances: number) =>
