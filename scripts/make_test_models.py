@@ -4,7 +4,8 @@ scripts/make_test_models.py OUT_DIR``. Same layout and config format as the demo
 (docs/model-repository.md). Programs are ``torch.export`` ``.pt2`` files with a dynamic batch;
 two fixtures stay TorchScript, which torch 2.x deprecates but users still have.
 
-- ``sleepy``    eager; sleeps ``TENSORGATE_SLEEPY_SECONDS`` (default 0.5), returns ``x * 2``
+- ``sleepy``    eager; sleeps ``TENSORGATE_SLEEPY_SECONDS`` (default 0.5), returns ``x * 2``; on
+  the device, for a CUDA input, with ``TENSORGATE_SLEEPY_ON=device``
 - ``flaky``     eager; raises ``ValueError("negative input")`` on any ``x < 0``, else ``x + 1``
 - ``adder``     TorchScript; ``sum = a + b`` on float32 ``[-1, -1]``
 - ``multi_out`` export; a dict of ``scores`` (float32 softmax) and ``argmax`` (int64)

@@ -12,6 +12,8 @@ checks, for each model:
 
 - its OIP v2 answer against a plain forward of the same file in this process on the same device,
   by the accuracy rule for class outputs (error over the row's range, top class unchanged);
+- its stage timings in the answer: a compute time, and a transfer time (the round trip to the
+  worker less the forward pass) that is not negative;
 - every variant's state and check as ``describe_model`` (MCP over HTTP) reports it: fp32 compiled
   where asked, bf16 and fp16 accepted;
 - the GPU memory of its worker (``tensorgate_worker_gpu_memory_bytes`` in /metrics).
@@ -195,7 +197,14 @@ def check_model(base: str, mcp: Mcp, repo: Path, model: str) -> dict[str, Any]:
     body = {"inputs": [{"name": spec["name"], "shape": shape, "datatype": "FP32",
                         "data": x.flatten().tolist()}]}  # fmt: skip
     _, text = http(f"{base}/v2/models/{model}/infer", body)
-    answer = json.loads(text)["outputs"][0]
+    response = json.loads(text)
+    answer = response["outputs"][0]
+    # The worker times a CUDA request's stages by events on the stream and waits once: its
+    # compute must be there, and within the round trip (the transfer, the rest of it, not < 0).
+    stages = {k: response.get("parameters", {}).get(f"{k}_ms") for k in ("transfer", "compute")}
+    stages_ok = all(isinstance(v, (int, float)) for v in stages.values()) and (
+        stages["compute"] > 0 and stages["transfer"] >= 0
+    )
     got = torch.tensor(answer["data"]).reshape(answer["shape"])
     out = config["outputs"][0]
     labelled = bool(out.get("labels"))
@@ -213,6 +222,7 @@ def check_model(base: str, mcp: Mcp, repo: Path, model: str) -> dict[str, Any]:
     compiled = config.get("optimization", {}).get("torch") in ("compile", "aoti")
     ok = (
         check.within
+        and stages_ok
         and all(v["state"] == "ready" for v in variants)
         and not (compiled and fp32.get("method") == "plain")
     )
@@ -221,11 +231,13 @@ def check_model(base: str, mcp: Mcp, repo: Path, model: str) -> dict[str, Any]:
         "format": config["versions"]["1"]["format"],
         "served_vs_in_process": {**check.report(), "within": check.within},
         "variants": variants,
+        "stages_ms": stages,
         "worker_gpu_memory_mb": round(sum(gpu) / 2**20, 1) if gpu else None,
         "ok": ok,
     }
     print(
-        f"{'ok ' if ok else 'BAD'} {model}: {check.describe()}; variants "
+        f"{'ok ' if ok else 'BAD'} {model}: {check.describe()}; compute {stages['compute']} ms, "
+        f"transfer {stages['transfer']} ms; variants "
         + ", ".join(f"{v['precision']} {v['state']} ({v['method']})" for v in variants)
         + (f"; worker GPU memory {row['worker_gpu_memory_mb']} MB" if gpu else "")
     )

@@ -442,6 +442,11 @@ def load_model(spec: ModelSpec) -> LoadedModel:
             f"this worker loads {supported_formats()}",
         )
     device = resolve_device(spec.device)
+    if device.type == "cuda":
+        # A worker holds one model: its device becomes the process's current one, so that what
+        # names no device lands there too (the arenas' page-locking, which counts for the current
+        # device's context only; CUDA graphs; a model's own ``.cuda()``).
+        torch.cuda.set_device(device)
     if not os.path.isfile(spec.file):
         raise WorkerError(LOAD_FAILED, f"model file {spec.file} does not exist")
     try:

@@ -8,7 +8,6 @@ the loop goes on; only a corrupt control stream ends the process.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import platform
@@ -268,6 +267,8 @@ class Worker:
         timings["compute_ms"] = _ms(t1, t2)
         reply: Message = {}
         if processing is not None:
+            runner.wait_computed()
+            t2 = time.perf_counter()
             answers = processing.answers(outputs, items)
             if answers is not None:
                 reply["answers"] = answers
@@ -277,6 +278,7 @@ class Worker:
         written = self._write_outputs(outputs, runner)
         t3 = time.perf_counter()
         timings["d2h_ms"] = _ms(t2, t3)
+        runner.device_timings(timings)
         reply["outputs"] = written
         writes = message.get("writes")
         if writes is not None:
@@ -296,8 +298,9 @@ class Worker:
         return reply
 
     def _write_outputs(self, outputs: Named, runner: Runner) -> list[Message]:
-        """Copies the outputs into output-arena slots: their headers, after one wait for all the
-        device-to-host copies (``OutArena.write`` only queues a CUDA tensor's copy)."""
+        """Copies the outputs into output-arena slots: their headers, after the request's one
+        wait on the device (``OutArena.write`` only queues a CUDA tensor's copy, behind the
+        forward pass and the input copy, which are not waited for on their own)."""
         written: list[Message] = []
         try:
             for spec, tensor in outputs:
@@ -311,11 +314,10 @@ class Worker:
                         "nbytes": nbytes,
                     }
                 )
-            runner.sync()
+            runner.finish()
         except BaseException:
             # No queued copy may land in a slot after it is freed and handed out again.
-            with contextlib.suppress(Exception):
-                runner.sync()
+            runner.drain()
             self._release([entry["offset"] for entry in written])
             raise
         return written

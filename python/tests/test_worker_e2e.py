@@ -429,6 +429,59 @@ def test_a_cuda_models_outputs_come_back_whole_from_queued_copies(spawn, test_mo
         assert torch.allclose(got["scores"], torch.softmax(x, dim=-1), atol=1e-6)
 
 
+def cuda_worker(spawn, repo: Path, name: str, **kwargs: Any):
+    worker = spawn(**kwargs)
+    model = load_request(repo, name, device="cuda")
+    reply = worker.request("load", model=model, variants={"precisions": ["fp32"]})
+    assert reply["ok"], (reply, worker.log())
+    return worker
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_a_cuda_requests_stages_are_timed_on_the_device(spawn, test_models, where):
+    # A request's forward pass is launched without a wait and its output copies are queued behind
+    # it, so on the host's clock the pass would look instant and the copies would take its time.
+    # Timed by events on the stream, a 50 ms pass is compute wherever it spends the time: on the
+    # host before its one kernel (a model that sleeps) or on the device (a kernel that spins).
+    env = {"TENSORGATE_SLEEPY_SECONDS": "0.05", "TENSORGATE_SLEEPY_ON": where}
+    worker = cuda_worker(spawn, test_models, "sleepy", env=env)
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    for _ in range(3):
+        reply = worker.infer({"x": x})
+        assert torch.equal(worker.outputs(reply)["y"], x * 2)
+        timings = reply["result"]["timings"]
+        assert set(timings) == {"h2d_ms", "compute_ms", "d2h_ms"}
+        # 50 ms asleep on the host; at least 25 ms of spinning on a GPU clocked up to 2 GHz.
+        assert timings["compute_ms"] >= 20, timings
+        assert timings["h2d_ms"] < 5 and timings["d2h_ms"] < 5, timings
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_models_large_inputs_arrive_whole_before_its_kernels_read_them(spawn, test_models):
+    # The input copies from the page-locked arena are only queued, and the forward pass is
+    # launched behind them on the same stream: a 16 MB input must be read whole, and the sums
+    # are bit-identical to the same reduction in this process on the same device.
+    worker = cuda_worker(spawn, test_models, "row_sum", in_bytes=32 << 20)
+    generator = torch.Generator().manual_seed(3)
+    for rows in (1024, 7, 1024):
+        x = torch.randn(rows, 4096, generator=generator)
+        got = worker.outputs(worker.infer({"x": x}))["sum"]
+        assert torch.equal(got, x.cuda().sum(dim=-1).cpu())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_failed_cuda_request_is_its_own_and_the_next_is_answered(spawn, test_models):
+    worker = cuda_worker(spawn, test_models, "flaky")
+    good = torch.ones(3, 4)
+    assert torch.equal(worker.outputs(worker.infer({"x": good}))["y"], good + 1)
+    error = error_of(worker.infer({"x": -good}))
+    assert error["code"] == "INFERENCE_FAILED" and "negative input" in error["message"], error
+    reply = worker.infer({"x": good * 3})
+    assert torch.equal(worker.outputs(reply)["y"], good * 3 + 1)
+    assert reply["result"]["timings"]["compute_ms"] >= 0
+
+
 def _thread_cpus(pid: int) -> dict[int, set[int]]:
     """The CPUs each thread of a process may run on, by thread id."""
     return {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
