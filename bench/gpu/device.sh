@@ -5,12 +5,16 @@
 #   2. bench/gpu/serving.py: a call's cost over the raw forward at concurrency 1, and rows per
 #      second against the raw batched forward at concurrency 32 (needs the packed Node too);
 #   3. bench/training/gpu.py: what steering costs a launch-bound training loop (Python only);
-#      against .devkit/train_before.py too when that file is there (an earlier SDK to compare).
+#      against .devkit/train_before.py too when that file is there (an earlier SDK to compare);
+#   4. the worker's CUDA tests (pytest -k cuda: page-locked arenas, queued copies, one wait per
+#      request, its stage times), which skip on a machine without CUDA (Python only; pytest,
+#      onnx and numpy are on the device's python3).
 # Pack first, on the build machine (after scripts/setup.sh):
 #   bash ../shared/tools/device-pack.sh     # .devkit/node.xz and .devkit/checkout.tar.xz
-# then run on the device with carry [".devkit"]:  bash bench/gpu/device.sh [check|serving|training|all]
+# then run on the device with carry [".devkit"]:
+#   bash bench/gpu/device.sh [check|serving|training|tests|all]
 # A device call runs at most 600 s: give each part a call of its own (check about 5 minutes,
-# serving about 4, training about 2); `all` is for a machine without that limit.
+# serving about 4, training and tests about 2 each); `all` is for a machine without that limit.
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-$PWD/bench/results}
@@ -39,6 +43,11 @@ if [[ $what == all || $what == training ]]; then
   before=()
   [[ -f .devkit/train_before.py ]] && before=(--before .devkit/train_before.py)
   timeout 200 python3 bench/training/gpu.py --out "$OUT" "${before[@]}" 2>&1 | tee "$OUT/training-gpu.log"
+fi
+
+if [[ $what == all || $what == tests ]]; then
+  PYTHONPATH=python timeout 200 python3 -m pytest -q -p no:logging -p no:cacheprovider -k cuda \
+    python/tests 2>&1 | tee "$OUT/cuda-tests.log"
 fi
 
 ls -la "$OUT"
