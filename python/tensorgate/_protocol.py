@@ -155,6 +155,8 @@ class Channel:
         self._buffer = bytearray()
         #: Seconds the last wait for a message lasted (None: no wait measured yet).
         self._last_wait_s: float | None = None
+        #: The peer closed its end: seen by a look that could not hand the end over at once.
+        self._ended = False
         self.spins = 0
         self.spin_hits = 0
 
@@ -185,6 +187,23 @@ class Channel:
                     )
                 return None
 
+    def poll_message(self) -> dict[str, Any] | None:
+        """The next message if it has arrived whole, else None at once: a look that never waits
+        (the pipelining worker's, while the device runs the request before). A frame begun and
+        not yet whole stays buffered for the next read; so does the end of the stream."""
+        frame = self._take_frame()
+        if frame is None and not self._ended:
+            try:
+                data = self.sock.recv(_READ_CHUNK, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            if not data:
+                self._ended = True
+                return None
+            self._buffer += data
+            frame = self._take_frame()
+        return None if frame is None else decode(frame)
+
     def _take_frame(self) -> bytes | None:
         buffer = self._buffer
         if len(buffer) < _LENGTH.size:
@@ -203,6 +222,8 @@ class Channel:
         """Appends what the socket has to the buffer, spinning first when that pays.
 
         False on end of stream."""
+        if self._ended:
+            return False
         start = time.perf_counter()
         spin = self.spin_s
         if spin > 0 and self._last_wait_s is not None and self._last_wait_s <= spin:

@@ -4,11 +4,12 @@ Everything runs under ``torch.inference_mode()`` (no autograd bookkeeping at all
 
 On CUDA, kernels and copies are asynchronous: a stage timed on the host's clock without a
 synchronise would report launch time, not work. A request's stages are therefore timed on the
-device, by CUDA events recorded on the stream between them (:class:`DeviceStages`), and the host
-waits once per request, for the output copies (:meth:`Runner.finish`). The forward pass's kernels
-are launched while the input copy is still on its way and the output copies are queued behind the
-forward pass, rather than each stage waiting for the one before it. Warm-up runs and variant checks
-still synchronise after each forward pass (:meth:`Runner.forward`).
+device, by CUDA events recorded on the streams between them (:class:`DeviceStages`), and the host
+waits once per request, for its output copies (:meth:`Runner.finish`). Its input copies run on a
+stream of their own, so that they overlap the forward pass of the request before it when the
+worker has started this one early (pipelining, _worker.py); the forward pass waits for them on
+the device, not on the host, and its output copies are queued behind it. Warm-up runs and
+variant checks still synchronise after each forward pass (:meth:`Runner.forward`).
 """
 
 from __future__ import annotations
@@ -29,25 +30,24 @@ __all__ = ["DeviceStages", "Named", "Runner", "name_outputs"]
 
 
 class DeviceStages:
-    """A CUDA request's stage boundaries, as events on the device's stream.
+    """One CUDA request's stage boundaries, as events on the streams its work runs on.
 
-    ``record(i)`` marks boundary i (0: before the input copy, 1: after it, 2: after the forward
-    pass, 3: after the output copies); once boundary 3 is reached, ``ms(a, b)`` is the device
-    time between two boundaries. Four events, made once and recorded again for every request:
-    the host waits for the last before it answers, so none is still pending when it is reused.
-
-    The events go on the current stream of the model's device, where its copies and kernels run,
-    which need not be the process's current device (a model on ``cuda:1``).
+    0 and 1 enclose the input copies, on the copy stream; 2 is where the forward pass may start
+    on the compute stream (its inputs copied and the pass before it done), 3 where it ends, and 4
+    where the output copies behind it end. Once boundary 4 is reached, ``ms(a, b)`` is the device
+    time between two boundaries. A set is taken for each request and given back when it is
+    answered (:meth:`Runner.stages_for_request`), so a request begun while another is in flight
+    never records over that one's events.
     """
 
-    BEFORE_INPUTS, INPUTS_READY, COMPUTED, OUTPUTS_COPIED = range(4)
+    BEFORE_INPUTS, INPUTS_READY, COMPUTE_STARTS, COMPUTED, OUTPUTS_COPIED = range(5)
 
-    def __init__(self, device: torch.device) -> None:
-        self.stream = torch.cuda.current_stream(device)
-        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    def __init__(self) -> None:
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        self.in_use = False
 
-    def record(self, boundary: int) -> None:
-        self.events[boundary].record(self.stream)
+    def record(self, boundary: int, stream: torch.cuda.Stream) -> None:
+        self.events[boundary].record(stream)
 
     def wait(self, boundary: int) -> None:
         self.events[boundary].synchronize()
@@ -67,8 +67,11 @@ class Runner:
         self.variants: Variants | None = None
         #: The model's inputs in the order it takes them.
         self.input_names = [s.name for s in spec.inputs]
-        #: Stage timing on the device's clock; None on CPU, where work is done when a call returns.
-        self.stages = DeviceStages(self.device) if self.device.type == "cuda" else None
+        if self.device.type == "cuda":
+            # The streams of the model's device, which need not be the process's current one.
+            self.compute_stream = torch.cuda.current_stream(self.device)
+            self.copy_stream = torch.cuda.Stream(self.device)
+        self._idle_stages: list[DeviceStages] = []
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -76,38 +79,63 @@ class Runner:
 
     def drain(self) -> None:
         """Waits out whatever a failed request left queued on the device, so that an asynchronous
-        error of its own is not reported by the next request; a failure here is not re-raised
-        (the request is already failing)."""
+        error of its own is not reported by the next request, and no copy of its lands in an arena
+        slot after the slot is freed; a failure here is not re-raised (the request is already
+        failing)."""
         with contextlib.suppress(Exception):
             self.sync()
 
-    def finish(self) -> None:
-        """Waits, once per request, for everything it queued on the device (the input copy, the
-        forward pass, the output copies). An asynchronous CUDA error raised by any of them
-        surfaces here, and is the request's INFERENCE_FAILED."""
-        if self.stages is not None:
-            self.stages.record(DeviceStages.OUTPUTS_COPIED)
-            self._wait(DeviceStages.OUTPUTS_COPIED)
+    def stages_for_request(self) -> DeviceStages | None:
+        """A free set of stage events for a request (None on CPU, where a request's work is done
+        when each call returns and the host's clock times it)."""
+        if self.device.type != "cuda":
+            return None
+        stages = self._idle_stages.pop() if self._idle_stages else DeviceStages()
+        stages.in_use = True
+        return stages
 
-    def device_timings(self, timings: dict[str, Any]) -> None:
-        """On CUDA, replaces the host's ``h2d_ms``, ``compute_ms`` and ``d2h_ms`` with the device's
-        times between the request's boundaries (valid after :meth:`finish`)."""
-        stages = self.stages
+    def abandon(self, stages: DeviceStages | None) -> None:
+        """A request that failed before its answer: its queued work waited out, its events freed."""
+        self.drain()
+        self._give_back(stages)
+
+    def _give_back(self, stages: DeviceStages | None) -> None:
+        if stages is not None and stages.in_use:
+            stages.in_use = False
+            self._idle_stages.append(stages)
+
+    def outputs_queued(self, stages: DeviceStages | None) -> None:
+        """Marks the end of a request's work on the device, right behind its output copies: a
+        request begun after it queues its own work behind this mark, not before it."""
+        if stages is not None:
+            stages.record(DeviceStages.OUTPUTS_COPIED, self.compute_stream)
+
+    def finish(self, stages: DeviceStages | None, timings: dict[str, Any]) -> None:
+        """Waits, once per request, for everything it queued on the device (the input copies, the
+        forward pass, the output copies, up to :meth:`outputs_queued`), and puts the device's
+        stage times in ``timings`` (``h2d_ms``, ``compute_ms``, ``d2h_ms``, in place of the
+        host's). An asynchronous CUDA error raised by any of that work surfaces here, and is the
+        request's INFERENCE_FAILED."""
         if stages is None:
             return
-        timings["h2d_ms"] = stages.ms(DeviceStages.BEFORE_INPUTS, DeviceStages.INPUTS_READY)
-        timings["compute_ms"] = stages.ms(DeviceStages.INPUTS_READY, DeviceStages.COMPUTED)
-        timings["d2h_ms"] = stages.ms(DeviceStages.COMPUTED, DeviceStages.OUTPUTS_COPIED)
+        try:
+            self._wait(stages, DeviceStages.OUTPUTS_COPIED)
+            timings["h2d_ms"] = stages.ms(DeviceStages.BEFORE_INPUTS, DeviceStages.INPUTS_READY)
+            timings["compute_ms"] = stages.ms(DeviceStages.COMPUTE_STARTS, DeviceStages.COMPUTED)
+            timings["d2h_ms"] = stages.ms(DeviceStages.COMPUTED, DeviceStages.OUTPUTS_COPIED)
+        finally:
+            self._give_back(stages)
 
-    def wait_computed(self) -> None:
+    def wait_computed(self, stages: DeviceStages | None) -> None:
         """Waits for the forward pass (CUDA only), before host code that reads the outputs
         (postprocessing), so that its time is not the forward pass's tail."""
-        if self.stages is not None:
-            self._wait(DeviceStages.COMPUTED)
+        if stages is not None:
+            self._wait(stages, DeviceStages.COMPUTED)
 
-    def _wait(self, boundary: int) -> None:
+    @staticmethod
+    def _wait(stages: DeviceStages, boundary: int) -> None:
         try:
-            self.stages.wait(boundary)  # type: ignore[union-attr]
+            stages.wait(boundary)
         except Exception as exc:
             raise WorkerError(INFERENCE_FAILED, str(exc) or type(exc).__name__) from exc
 
@@ -134,19 +162,30 @@ class Runner:
         for rows in sizes:
             self.warmup(runs, variant, rows)
 
-    def to_device(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Inputs on the model's device (a no-op on CPU: the arena views are used as they are).
+    def to_device(
+        self, tensors: list[torch.Tensor], stages: DeviceStages | None
+    ) -> list[torch.Tensor]:
+        """A request's inputs on the model's device (a no-op on CPU: the arena views are used as
+        they are).
 
-        On CUDA the copies are only queued: from the page-locked arena they run while the host
-        goes on to launch the forward pass, which the stream orders behind them. The arena slots
-        stay the request's until it is answered, after :meth:`finish`.
+        On CUDA the copies are only queued, on the copy stream: from the page-locked arena they
+        run while the host goes on to launch the forward pass, and while the device still runs the
+        pass of a request begun before this one. The compute stream waits for them on the device.
+        The arena slots stay the request's until it is answered, after :meth:`finish`.
         """
-        stages = self.stages
         if stages is None:
             return tensors
-        stages.record(DeviceStages.BEFORE_INPUTS)
-        moved = [t.to(self.device, non_blocking=True) for t in tensors]
-        stages.record(DeviceStages.INPUTS_READY)
+        copy, compute = self.copy_stream, self.compute_stream
+        with torch.cuda.stream(copy):
+            stages.record(DeviceStages.BEFORE_INPUTS, copy)
+            moved = [t.to(self.device, non_blocking=True) for t in tensors]
+            stages.record(DeviceStages.INPUTS_READY, copy)
+        compute.wait_event(stages.events[DeviceStages.INPUTS_READY])
+        for tensor in moved:
+            # Made on the copy stream, read on the compute stream: the caching allocator must
+            # not hand the memory out again before the compute stream is done with it.
+            tensor.record_stream(compute)
+        stages.record(DeviceStages.COMPUTE_STARTS, compute)
         return moved
 
     def forward(
@@ -154,13 +193,13 @@ class Runner:
         module: Callable[..., Any],
         inputs: list[torch.Tensor],
         variant: Variant | None = None,
-        *,
-        synchronise: bool = True,
+        stages: DeviceStages | None = None,
     ) -> Named:
         """The forward pass of one variant; model errors become INFERENCE_FAILED.
 
-        ``synchronise=False`` (a request's pass) only launches it on CUDA, marking its end on the
-        stream; the request waits for it with its output copies (:meth:`finish`).
+        Without ``stages`` (warm-up, variant checks) it is synchronised. With them (a request's
+        pass on CUDA) it is only launched, its end marked on the compute stream; the request waits
+        for it with its output copies (:meth:`finish`).
         """
         autocast = variant.autocast if variant is not None else None
         try:
@@ -170,10 +209,10 @@ class Runner:
                 else:
                     with torch.autocast(device_type=self.device.type, dtype=autocast):
                         result = module(*inputs)
-            if synchronise:
+            if stages is None:
                 self.sync()
-            elif self.stages is not None:
-                self.stages.record(DeviceStages.COMPUTED)
+            else:
+                stages.record(DeviceStages.COMPUTED, self.compute_stream)
         except WorkerError:
             self.drain()
             raise
@@ -189,10 +228,12 @@ class Runner:
             return self.model
         return variant.module
 
-    def run(self, variant: Variant, inputs: list[torch.Tensor]) -> Named:
-        """A request's forward pass on the variant its precision picked, launched (on CUDA the
-        request waits for it in :meth:`finish`)."""
-        return self.forward(self.module_of(variant), inputs, variant, synchronise=False)
+    def run(
+        self, variant: Variant, inputs: list[torch.Tensor], stages: DeviceStages | None = None
+    ) -> Named:
+        """A request's forward pass on the variant its precision picked: with ``stages`` (CUDA)
+        only launched, the request waiting for it in :meth:`finish`; synchronised without."""
+        return self.forward(self.module_of(variant), inputs, variant, stages)
 
     def warmup(self, runs: int, variant: Variant | None = None, rows: int = 1) -> float:
         """Runs the model on zeros of the declared shapes (-1 -> ``rows`` for the first

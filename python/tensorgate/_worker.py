@@ -1,7 +1,11 @@
 """The worker's request loop (docs/worker-protocol.md).
 
-One process serves one model. Requests are handled one at a time, in order: a forward pass
-already uses the cores it was given (``threads``), so overlapping requests would only contend.
+One process serves one model. Requests are run one at a time and answered in order: a forward
+pass already uses the cores it was given (``threads``), so overlapping requests would only
+contend. On CUDA the worker pipelines (``pipeline``, on by default there): while the device runs
+one request's work, an ``infer`` that has already arrived is begun (its inputs copied and its
+forward pass launched behind the first), and only then is the first waited for and answered, so
+the device is not left idle while the host answers one request and prepares the next.
 A failing request is logged with its id and traceback, answered with a structured error, and
 the loop goes on; only a corrupt control stream ends the process.
 """
@@ -41,11 +45,23 @@ log = logging.getLogger("tensorgate.worker")
 _FALLBACK_CODE = {"load": LOAD_FAILED, "infer": INFERENCE_FAILED}
 
 Message = dict[str, Any]
+#: A begun request's rest: waits for its work and gives its answer (None: it has none).
+Finish = Callable[[], "Message | None"]
+
+
+def _no_answer() -> None:
+    return None
 
 
 #: The spin when the load request sets none, by device type (docs/worker-protocol.md#spinning):
 #: a GPU host's cores wait on the device anyway, a CPU model's cores are its compute.
 _DEFAULT_SPIN_US = {"cuda": 1000}
+
+
+def _requested_pipeline(value: object) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise WorkerError(BAD_PARAMETER, f"pipeline must be true or false, not {value!r}")
 
 
 def _requested_spin_us(value: object) -> int | None:
@@ -71,10 +87,13 @@ class Worker:
         self.runner: Runner | None = None
         self.processing: Processing | None = None
         self.running = True
+        #: Whether an infer that has arrived is begun before the one in flight is answered.
+        self.pipeline = False
+        #: Requests begun while the one before was still in flight.
+        self.pipelined = 0
         self._handlers: dict[str, Callable[[Message], Message]] = {
             "load": self._load,
-            "infer": self._infer,
-            "ping": lambda _msg: {"channel": self.channel.stats()},
+            "ping": lambda _msg: {"channel": self.channel.stats(), "pipelined": self.pipelined},
             "shutdown": self._shutdown,
         }
 
@@ -92,16 +111,34 @@ class Worker:
 
     def serve(self) -> int:
         """Answers requests until EOF or ``shutdown`` (exit status 0) or a corrupt stream (1)."""
+        channel = self.channel
         try:
-            self.channel.write_message(self.hello())
+            channel.write_message(self.hello())
+            #: The request begun and not answered yet (pipelining only).
+            in_flight: Finish | None = None
             while self.running:
-                message = self.channel.read_message()
-                if message is None:
-                    log.info("control channel closed; exiting")
-                    return 0
-                reply = self.handle(message)
-                if reply is not None:
-                    self.channel.write_message(reply)
+                if in_flight is None:
+                    message = channel.read_message()
+                    if message is None:
+                        log.info("control channel closed; exiting")
+                        return 0
+                else:
+                    # Only what has already arrived: the one in flight is not kept waiting.
+                    message = channel.poll_message()
+                    if message is None or not self._pipelines(message):
+                        self._answer(in_flight())
+                        in_flight = None
+                        if message is None:
+                            continue
+                finish = self.begin(message)
+                if in_flight is not None:
+                    self.pipelined += 1
+                    self._answer(in_flight())
+                    in_flight = None
+                if self._pipelines(message):
+                    in_flight = finish
+                else:
+                    self._answer(finish())
         except _protocol.ProtocolError as exc:
             log.error("control channel is corrupt: %s; exiting", exc)
             return 1
@@ -109,12 +146,27 @@ class Worker:
             log.info("gateway went away; exiting")
         return 0
 
+    def _pipelines(self, message: Message) -> bool:
+        return self.pipeline and message.get("op") == "infer"
+
+    def _answer(self, reply: Message | None) -> None:
+        if reply is not None:
+            self.channel.write_message(reply)
+
     def handle(self, message: Message) -> Message | None:
         """The answer to one message (None for ``release``, which has none)."""
+        return self.begin(message)()
+
+    def begin(self, message: Message) -> Finish:
+        """Starts on one message; what it returns finishes it and gives its answer.
+
+        Only an ``infer`` leaves work between the two (on CUDA, its device work in flight); every
+        other op is done here and its answer only handed over.
+        """
         op = message.get("op")
         if op == "release":
             self._release(message.get("offsets"))
-            return None
+            return _no_answer
         # Any message may carry output slots the gateway is done with, so that freeing them
         # costs no message (and no wake-up) of its own.
         if "release" in message:
@@ -122,32 +174,50 @@ class Worker:
         request_id = message.get("id")
         if not isinstance(request_id, int) or isinstance(request_id, bool):
             log.error("dropped a %r request without an integer id: nothing can match an answer", op)
-            return None
+            return _no_answer
         try:
-            handler = self._handlers.get(op)  # type: ignore[arg-type]
-            if handler is None:
-                raise WorkerError(BAD_PARAMETER, f"unknown op {op!r}")
-            return {"id": request_id, "ok": True, "result": handler(message)}
+            if op == "infer":
+                rest = self._begin_infer(message)
+            else:
+                handler = self._handlers.get(op)  # type: ignore[arg-type]
+                if handler is None:
+                    raise WorkerError(BAD_PARAMETER, f"unknown op {op!r}")
+                answer = {"id": request_id, "ok": True, "result": handler(message)}
+                return lambda: answer
         except Exception as exc:
-            error = exc if isinstance(exc, WorkerError) else None
-            if error is None:
-                error = WorkerError(_FALLBACK_CODE.get(str(op), BAD_PARAMETER), str(exc))
-                error.__cause__ = exc
-            log.error(
-                "request id=%s op=%s failed: %s %s",
-                request_id,
-                op,
-                error.code,
-                error.message,
-                # A refusal of the worker's own (a precision whose variant cannot serve) has no
-                # traceback worth reading; a failure with a cause has.
-                exc_info=exc if error.__cause__ is not None or error is not exc else None,
-            )
-            return {"id": request_id, "ok": False, "error": error.to_json()}
+            failure = self._failure(request_id, op, exc)
+            return lambda: failure
+
+        def finish() -> Message:
+            try:
+                return {"id": request_id, "ok": True, "result": rest()}
+            except Exception as exc:
+                return self._failure(request_id, op, exc)
+
+        return finish
+
+    def _failure(self, request_id: int, op: object, exc: Exception) -> Message:
+        """A failed request's answer, logged."""
+        error = exc if isinstance(exc, WorkerError) else None
+        if error is None:
+            error = WorkerError(_FALLBACK_CODE.get(str(op), BAD_PARAMETER), str(exc))
+            error.__cause__ = exc
+        log.error(
+            "request id=%s op=%s failed: %s %s",
+            request_id,
+            op,
+            error.code,
+            error.message,
+            # A refusal of the worker's own (a precision whose variant cannot serve) has no
+            # traceback worth reading; a failure with a cause has.
+            exc_info=exc if error.__cause__ is not None or error is not exc else None,
+        )
+        return {"id": request_id, "ok": False, "error": error.to_json()}
 
     def _load(self, message: Message) -> Message:
         spec = ModelSpec.from_json(message.get("model"))
         requested_spin_us = _requested_spin_us(message.get("spin_us"))
+        requested_pipeline = _requested_pipeline(message.get("pipeline"))
         cpus = requested_cpus(message.get("cpus"))
         if self.runner is not None:
             held = self.runner.spec
@@ -204,6 +274,14 @@ class Worker:
             else _DEFAULT_SPIN_US.get(model.device.type, 0)
         )
         self.channel.set_spin(spin_us / 1e6)
+        # On the CPU a forward pass is done when it returns, and a model with processing decodes
+        # and reads its outputs on the host: a request begun early would only hold back the
+        # answer before it. Tests turn it on on the CPU to check the ordering.
+        self.pipeline = (
+            requested_pipeline
+            if requested_pipeline is not None
+            else model.device.type == "cuda" and self.processing is None
+        )
         log.info(
             "loaded %s v%s (%s) on %s%s in %.1f ms, warm-up %.1f ms",
             spec.name,
@@ -218,6 +296,7 @@ class Worker:
             "device": str(model.device),
             **({"cpus": cpus} if cpus is not None else {}),
             "spin_us": spin_us,
+            "pipeline": self.pipeline,
             "pinned_bytes": pinned_bytes,
             "load_ms": _ms(start, loaded),
             "warmup_ms": round(warmup_ms, 3),
@@ -226,7 +305,9 @@ class Worker:
             "variants_ms": variants_ms,
         }
 
-    def _infer(self, message: Message) -> Message:
+    def _begin_infer(self, message: Message) -> Callable[[], Message]:
+        """Reads a request's inputs, launches its forward pass and queues its output copies;
+        what it returns waits for them (once, on CUDA) and gives the result."""
         runner = self.runner
         if runner is None:
             raise WorkerError(BAD_PARAMETER, "infer before load: this worker holds no model yet")
@@ -258,49 +339,62 @@ class Worker:
             t1 = time.perf_counter()
             timings["preprocess_ms"] = _ms(t0, t1)
             t0 = t1
-        inputs = runner.to_device(inputs)
-        t1 = time.perf_counter()
-        outputs = runner.run(variant, inputs)
-        del inputs  # the arena views are only valid until we answer
-        t2 = time.perf_counter()
-        timings["h2d_ms"] = _ms(t0, t1)
-        timings["compute_ms"] = _ms(t1, t2)
+        stages = runner.stages_for_request()
         reply: Message = {}
-        if processing is not None:
-            runner.wait_computed()
+        try:
+            inputs = runner.to_device(inputs, stages)
+            t1 = time.perf_counter()
+            outputs = runner.run(variant, inputs, stages)
+            del inputs  # the arena views are only valid until we answer
             t2 = time.perf_counter()
-            answers = processing.answers(outputs, items)
-            if answers is not None:
-                reply["answers"] = answers
-                t_post = time.perf_counter()
-                timings["postprocess_ms"] = _ms(t2, t_post)
-                t2 = t_post
-        written = self._write_outputs(outputs, runner)
-        t3 = time.perf_counter()
-        timings["d2h_ms"] = _ms(t2, t3)
-        runner.device_timings(timings)
-        reply["outputs"] = written
+            # The host's times; on CUDA the device's replace them when the request is waited for.
+            timings["h2d_ms"] = _ms(t0, t1)
+            timings["compute_ms"] = _ms(t1, t2)
+            if processing is not None:
+                runner.wait_computed(stages)
+                t2 = time.perf_counter()
+                answers = processing.answers(outputs, items)
+                if answers is not None:
+                    reply["answers"] = answers
+                    t_post = time.perf_counter()
+                    timings["postprocess_ms"] = _ms(t2, t_post)
+                    t2 = t_post
+            written = self._queue_outputs(outputs)
+            runner.outputs_queued(stages)
+            timings["d2h_ms"] = _ms(t2, time.perf_counter())
+        except BaseException:
+            runner.abandon(stages)
+            raise
         writes = message.get("writes")
-        if writes is not None:
+
+        def finish() -> Message:
             try:
-                reply["written"] = write_files(
-                    self.arena_out,
-                    {e["name"]: (e["offset"], e["nbytes"], e["shape"]) for e in written},
-                    writes,
-                )
+                runner.finish(stages, timings)
+                if writes is not None:
+                    t3 = time.perf_counter()
+                    reply["written"] = write_files(
+                        self.arena_out,
+                        {e["name"]: (e["offset"], e["nbytes"], e["shape"]) for e in written},
+                        writes,
+                    )
+                    timings["write_ms"] = _ms(t3, time.perf_counter())
             except BaseException:
+                # No queued copy may land in a slot after it is freed and handed out again.
+                runner.abandon(stages)
                 self._release([entry["offset"] for entry in written])
                 raise
-            timings["write_ms"] = _ms(t3, time.perf_counter())
-        if geometry:
-            reply["geometry"] = {k: [g.json() for g in v] for k, v in geometry.items()}
-        reply["timings"] = timings
-        return reply
+            reply["outputs"] = written
+            if geometry:
+                reply["geometry"] = {k: [g.json() for g in v] for k, v in geometry.items()}
+            reply["timings"] = timings
+            return reply
 
-    def _write_outputs(self, outputs: Named, runner: Runner) -> list[Message]:
-        """Copies the outputs into output-arena slots: their headers, after the request's one
-        wait on the device (``OutArena.write`` only queues a CUDA tensor's copy, behind the
-        forward pass and the input copy, which are not waited for on their own)."""
+        return finish
+
+    def _queue_outputs(self, outputs: Named) -> list[Message]:
+        """Copies the outputs into output-arena slots and returns their headers. A CUDA tensor's
+        copy is only queued (``OutArena.write``), behind its forward pass: the request waits for
+        them all at once when it is finished (:meth:`Runner.finish`)."""
         written: list[Message] = []
         try:
             for spec, tensor in outputs:
@@ -314,10 +408,10 @@ class Worker:
                         "nbytes": nbytes,
                     }
                 )
-            runner.finish()
         except BaseException:
             # No queued copy may land in a slot after it is freed and handed out again.
-            runner.drain()
+            if self.runner is not None:
+                self.runner.drain()
             self._release([entry["offset"] for entry in written])
             raise
         return written

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from _worker_client import WIRE, WorkerProcess, tensor_bytes
+from tensorgate import _protocol
 
 
 def load_request(repo: Path, name: str, version: str | None = None, **overrides: Any) -> dict:
@@ -74,7 +76,7 @@ def test_hello_comes_first_and_describes_the_runtime(spawn):
     assert worker.request("ping") == {
         "id": 1,
         "ok": True,
-        "result": {"channel": {"spin_us": 0, "spins": 0, "spin_hits": 0}},
+        "result": {"channel": {"spin_us": 0, "spins": 0, "spin_hits": 0}, "pipelined": 0},
     }
 
 
@@ -429,6 +431,83 @@ def test_a_cuda_models_outputs_come_back_whole_from_queued_copies(spawn, test_mo
         assert torch.allclose(got["scores"], torch.softmax(x, dim=-1), atol=1e-6)
 
 
+def pipelined_worker(spawn, repo: Path, name: str, pipeline: bool = True):
+    worker = spawn()
+    model = load_request(repo, name)
+    variants = {"precisions": ["fp32"]}
+    reply = worker.request("load", model=model, variants=variants, pipeline=pipeline)
+    assert reply["ok"], (reply, worker.log())
+    assert reply["result"]["pipeline"] is pipeline
+    return worker
+
+
+def send_at_once(worker, messages: list[dict[str, Any]]) -> None:
+    """Every message in one write, so that the worker finds the next ones already there."""
+    worker.sock.sendall(b"".join(_protocol.encode(m) for m in messages))
+
+
+def flaky_requests(worker, rows: list[torch.Tensor]) -> list[dict[str, Any]]:
+    """One infer per tensor, each in an input slot of its own (all in flight at once)."""
+    worker._next_offset = 0
+    return [
+        {"id": 100 + i, "op": "infer", "inputs": [worker.put("x", x)]} for i, x in enumerate(rows)
+    ]
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_requests_in_flight_together_are_answered_in_order_each_with_its_own_rows(
+    spawn, test_models, pipeline
+):
+    # Pipelining (on by default for CUDA, turned on here on the CPU) begins a request that has
+    # arrived before the one in flight is answered. Twelve requests sent in one write, one of
+    # them failing, a ping among them: every caller gets its own rows back (x + 1), the failure
+    # stays its own, and the answers keep the order of the requests.
+    worker = pipelined_worker(spawn, test_models, "flaky", pipeline)
+    generator = torch.Generator().manual_seed(7)
+    rows = [torch.rand(1 + i % 3, 4, generator=generator) for i in range(12)]
+    rows[5] = -rows[5]  # flaky refuses negative input
+    messages = flaky_requests(worker, rows)
+    messages.insert(8, {"id": 7, "op": "ping"})
+    send_at_once(worker, messages)
+    answers = [worker.receive() for _ in messages]
+    assert [a["id"] for a in answers] == [m["id"] for m in messages]
+    for message, answer in zip(messages, answers):
+        if message["op"] == "ping":
+            assert answer["ok"]
+        elif message["id"] == 105:
+            error = error_of(answer)
+            assert error["code"] == "INFERENCE_FAILED" and "negative" in error["message"]
+        else:
+            x = rows[message["id"] - 100]
+            assert torch.equal(worker.outputs(answer)["y"], x + 1)
+    # Without pipelining no request is begun early; with it, the ones already there are.
+    begun_early = worker.request("ping")["result"]["pipelined"]
+    assert begun_early > 0 if pipeline else begun_early == 0
+
+
+def test_a_pipelining_worker_answers_what_is_in_flight_when_the_gateway_closes(spawn, test_models):
+    worker = pipelined_worker(spawn, test_models, "flaky")
+    rows = [torch.full((2, 4), float(i)) for i in range(4)]
+    messages = flaky_requests(worker, rows)
+    send_at_once(worker, messages)
+    worker.sock.shutdown(socket.SHUT_WR)
+    for message, x in zip(messages, rows):
+        answer = worker.receive()
+        assert answer["id"] == message["id"]
+        assert torch.equal(worker.outputs(answer)["y"], x + 1)
+    assert worker.proc.wait(timeout=30) == 0, worker.log()
+
+
+def test_pipeline_defaults_to_off_on_the_cpu_and_a_bad_value_is_refused(spawn, demo_models):
+    _, result = loaded(spawn, demo_models, "tabular-classifier")
+    assert result["pipeline"] is False
+    refused = spawn()
+    model = load_request(demo_models, "tabular-classifier")
+    for bad in (1, "yes", [True]):
+        error = error_of(refused.request("load", model=model, pipeline=bad))
+        assert error["code"] == "BAD_PARAMETER" and "pipeline" in error["message"], error
+
+
 def cuda_worker(spawn, repo: Path, name: str, **kwargs: Any):
     worker = spawn(**kwargs)
     model = load_request(repo, name, device="cuda")
@@ -468,6 +547,27 @@ def test_a_cuda_models_large_inputs_arrive_whole_before_its_kernels_read_them(sp
         x = torch.randn(rows, 4096, generator=generator)
         got = worker.outputs(worker.infer({"x": x}))["sum"]
         assert torch.equal(got, x.cuda().sum(dim=-1).cpu())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_requests_begun_while_others_run_get_their_own_rows_bit_for_bit(spawn, test_models):
+    # Pipelining is on by default on CUDA: each request's input copies go on the copy stream
+    # while the pass before it runs, and its pass waits for them on the device. Eight 4 MB
+    # requests sent at once: every answer is its own input's sums, bit-identical to the same
+    # reduction in this process, and requests were begun while others ran.
+    worker = cuda_worker(spawn, test_models, "row_sum", in_bytes=64 << 20)
+    generator = torch.Generator().manual_seed(5)
+    rows = [torch.randn(256, 4096, generator=generator) for _ in range(8)]
+    worker._next_offset = 0
+    messages = [
+        {"id": 200 + i, "op": "infer", "inputs": [worker.put("x", x)]} for i, x in enumerate(rows)
+    ]
+    send_at_once(worker, messages)
+    for message, x in zip(messages, rows):
+        answer = worker.receive()
+        assert answer["id"] == message["id"]
+        assert torch.equal(worker.outputs(answer)["sum"], x.cuda().sum(dim=-1).cpu())
+    assert worker.request("ping")["result"]["pipelined"] > 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

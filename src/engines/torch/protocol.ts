@@ -90,6 +90,8 @@ export const LoadResultSchema = z.object({
   device: z.string(),
   /** How long the worker polls its channel after answering (0: it blocks at once). */
   spin_us: z.number().int().nonnegative().optional(),
+  /** Whether the worker begins an arrived request before answering the one in flight (CUDA). */
+  pipeline: z.boolean().optional(),
   /** The CPUs the worker runs on, when the load request placed it (`cpus`). */
   cpus: z.array(z.number().int().nonnegative()).optional(),
   load_ms: z.number(),
