@@ -3,7 +3,7 @@
 
     python3 bench/gpu/serving.py [--device cuda] [--seconds 5] [--spin-us 1000]
                                  [--wider-spin-us 3000] [--placed-cpus auto|off|LIST]
-                                 [--batching 32:2000:1,32:1000:2] [--out DIR]
+                                 [--batching 32:2000:1,32:2000:1:serial,32:1000:2] [--out DIR]
 
 The demo image model (ResNet-18 shape, ``.pt2``, 1x3x224x224 float32) on ``--device``, served by
 ``tensorgate serve`` (``node bin/tensorgate.js``, workers on this interpreter), against the raw
@@ -21,9 +21,11 @@ batch 1 (latency) and batch 32 (rows per second).
   thread of the model, where 2 are left for the client and the gateway): whether keeping the
   worker's cores to itself pays on a host with cores to spare (docs/architecture.md#cpu-placement).
 - Concurrency 32 against a copy with dynamic batching (``--batching`` max:delay_us:instances, a
-  comma list to compare several): OIP shared memory, OIP binary, MCP Streamable HTTP by path, from
-  4 client processes of 8 threads each (one Python process could not keep up), with the GPU's
-  utilisation sampled by ``nvidia-smi`` and the workers' GPU memory read from ``/metrics``.
+  comma list to compare several; ``:serial`` at the end turns the worker's pipelining off, so
+  that the pair says what beginning the pass sent ahead before answering the last is worth):
+  OIP shared memory, OIP binary, MCP Streamable HTTP by path, from 4 client processes of 8
+  threads each (one Python process could not keep up), with the GPU's utilisation sampled by
+  ``nvidia-smi`` and the workers' GPU memory read from ``/metrics``.
 
 The issue's targets are judged in the report: at concurrency 1 stdio by path <= raw + 0.5 ms,
 OIP binary and shared memory <= raw + 0.3 ms, HTTP by path <= raw + 1.0 ms; at concurrency 32
@@ -99,13 +101,16 @@ def build_repository(
     if placed_cpus is not None:
         copy_model(demo, repo, PLACED, {**resources, "cpus": placed_cpus}, None)
     for setting in batching:
-        max_rows, delay_us, instances = (int(v) for v in setting.split(":"))
+        max_rows, delay_us, instances, *rest = setting.split(":")
+        # ":serial": the worker answers each pass before it begins the next (resources.pipeline
+        # off), against the default, which begins the pass sent ahead first on CUDA.
+        serial = {"pipeline": False} if rest == ["serial"] else {}
         copy_model(
             demo,
             repo,
             batched_name(setting),
-            {**resources, "instances": instances},
-            {"max_batch_size": max_rows, "max_queue_delay_us": delay_us},
+            {**resources, "instances": int(instances), **serial},
+            {"max_batch_size": int(max_rows), "max_queue_delay_us": int(delay_us)},
         )
     return repo
 
@@ -532,10 +537,13 @@ def main() -> int:
     parser.add_argument(
         "--placed-cpus", default="auto", help="the placed copy's CPUs: auto, off or a CPU list"
     )
-    # One instance waiting for full batches, and two sharing the GPU with a shorter delay (one
+    # One instance waiting for full batches, the same with its worker not pipelining (each pass
+    # answered before the next is begun), and two sharing the GPU with a shorter delay (one
     # instance's copies and Python work overlap the other's compute).
     parser.add_argument(
-        "--batching", default="32:2000:1,32:1000:2", help="max:delay_us:instances[,...]"
+        "--batching",
+        default="32:2000:1,32:2000:1:serial,32:1000:2",
+        help="max:delay_us:instances[:serial][,...]",
     )
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
     args = parser.parse_args()

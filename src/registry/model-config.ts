@@ -191,6 +191,12 @@ export const ResourcesSchema = z.object({
    */
   spin_us: z.number().int().min(0).max(100_000).optional(),
   /**
+   * Whether a torch worker begins a request that has arrived before it waits for the one on the
+   * device (docs/worker-protocol.md#pipelining). Unset: on for a CUDA device without processing,
+   * off on the CPU, where a forward pass is done when it returns.
+   */
+  pipeline: z.boolean().optional(),
+  /**
    * The CPUs this model's torch workers run on (their affinity), split between its instances when
    * there are enough: see `instanceCpus`. Unset: wherever the operating system puts them.
    */
@@ -312,6 +318,12 @@ export const ModelConfigSchema = z
         code: 'custom',
         path: ['resources', 'cpus'],
         message: `resources.cpus places torch workers; the ${cfg.engine} engine runs in the gateway process (place the gateway itself, e.g. with taskset)`,
+      });
+    if (cfg.engine !== 'torch' && cfg.resources.pipeline !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['resources', 'pipeline'],
+        message: `resources.pipeline is a torch worker's; the ${cfg.engine} engine runs in the gateway process`,
       });
     if (cfg.engine !== 'torch' && cfg.optimization.torch !== 'none')
       ctx.addIssue({

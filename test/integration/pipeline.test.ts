@@ -19,7 +19,13 @@ import { eagerModel, ensureTestModels } from '../helpers/models.js';
  * An eager model that sleeps as many milliseconds as its input's first element says, then returns
  * `x * 2`: a test sets each pass's length (short ones are sent ahead, see PIPELINE_MAX_PASS_MS).
  */
-function pauseModel(work: string, name: string, idempotent: boolean, batching?: Record<string, number>): string {
+function pauseModel(
+  work: string,
+  name: string,
+  idempotent: boolean,
+  batching?: Record<string, number>,
+  resources?: Record<string, unknown>,
+): string {
   return eagerModel(
     work,
     name,
@@ -36,7 +42,7 @@ function pauseModel(work: string, name: string, idempotent: boolean, batching?: 
       '    return Pause()',
       '',
     ],
-    { idempotent, ...(batching ? { batching } : {}) },
+    { idempotent, ...(batching ? { batching } : {}), ...(resources ? { resources } : {}) },
   );
 }
 
@@ -64,6 +70,8 @@ describe('worker pipeline', { timeout: 300_000 }, () => {
     await gateway.register(pauseModel(work, 'pause', false));
     await gateway.register(pauseModel(work, 'pause-idem', true));
     await gateway.register(pauseModel(work, 'pause-batched', false, { max_batch_size: 2, max_queue_delay_us: 1000 }));
+    // The worker's own pipelining (CUDA's default), turned on here on the CPU.
+    await gateway.register(pauseModel(work, 'pause-piped', false, undefined, { pipeline: true }));
   });
 
   after(async () => {
@@ -101,6 +109,35 @@ describe('worker pipeline', { timeout: 300_000 }, () => {
     assert.ok(pass >= 100, `the first pass slept: ${pass} ms`);
     assert.ok(second.timings.queue_ms >= pass / 2, `queued behind it: ${JSON.stringify(second.timings)}`);
     assert.ok(second.timings.transfer_ms < pass / 2, `not counted as transfer: ${JSON.stringify(second.timings)}`);
+  });
+
+  it('a pipelining worker begins the request sent ahead before it answers the one it ran', async () => {
+    const model = 'pause-piped';
+    await gateway.infer({ model, inputs: { x: [[1, 0, 0, 0]] } }); // a short pass, measured
+    const before = stats(model)?.pipelined ?? 0;
+    // A 5 ms pass, and a 150 ms one sent ahead of it: the worker finds the second waiting when
+    // the first pass ends and begins it (on the CPU, runs its whole pass) before it answers the
+    // first. So the first answer comes after the second pass, which a worker that answers first
+    // (the test above) never does; both answers are their own callers'.
+    const [first, second] = await Promise.all([
+      gateway.infer({ model, inputs: { x: [[5, 1, 2, 3]] } }),
+      gateway.infer({ model, inputs: { x: [[150, 4, 5, 6]] } }),
+    ]);
+    assert.equal(stats(model)?.pipelined, before + 1, 'the second was sent while the first ran');
+    assert.ok(first && second);
+    assert.deepEqual(values(first.outputs[0]?.uri as string), [10, 2, 4, 6]);
+    assert.deepEqual(values(second.outputs[0]?.uri as string), [300, 8, 10, 12]);
+    assert.ok(first.timings.compute_ms < 100, `the first pass was short: ${JSON.stringify(first.timings)}`);
+    assert.ok(first.timings.total_ms >= 140, `answered after the second pass: ${JSON.stringify(first.timings)}`);
+    // Many callers at once: every one gets its own rows back, in spite of the early starts.
+    const inputs = Array.from({ length: 32 }, (_, i) => [[0, i, -i / 3, 1 / (i + 1)]]);
+    const results = await Promise.all(inputs.map((x) => gateway.infer({ model, inputs: { x } })));
+    for (const [i, result] of results.entries())
+      assert.deepEqual(
+        values(result.outputs[0]?.uri as string),
+        inputs[i]?.[0]?.map((v) => Math.fround(v) * 2),
+        `caller ${i}`,
+      );
   });
 
   it('sends nothing ahead of a long pass: the request stays in the queue, where it can be withdrawn', async () => {
@@ -159,7 +196,7 @@ describe('worker pipeline', { timeout: 300_000 }, () => {
   });
 
   it('answers both requests in a killed worker’s pipeline: retried for an idempotent model, failed for another', async () => {
-    for (const model of ['pause-idem', 'pause']) {
+    for (const model of ['pause-idem', 'pause', 'pause-piped']) {
       await gateway.infer({ model, inputs: { x: [[1, 0, 0, 0]] } }); // a short pass, measured
       const victim = stats(model)?.pids[0];
       assert.ok(victim);

@@ -100,12 +100,13 @@ export class TorchInstance implements EngineInstance {
     };
     // Unset: the worker picks by the device it loaded on (CUDA spins, the CPU does not).
     const spinUs = config.resources.spin_us;
-    const { cpus } = config.resources;
+    const { cpus, pipeline } = config.resources;
     const loaded = LoadResultSchema.parse(
       await this.loadWithin(worker, {
         model,
         variants,
         ...(spinUs !== undefined ? { spin_us: spinUs } : {}),
+        ...(pipeline !== undefined ? { pipeline } : {}),
         ...(cpus ? { cpus: instanceCpus(cpus, config.resources.instances, this.index) } : {}),
       }),
     );

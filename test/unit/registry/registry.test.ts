@@ -60,6 +60,19 @@ test('resources.cpus takes a CPU list or ids, sorted without repeats, and only f
   );
 });
 
+test('resources.pipeline is a boolean, unset by default, and only for torch workers', () => {
+  const resources = (r: Record<string, unknown>) => parseModelConfig({ ...raw, resources: r }, 'c').resources;
+  assert.equal(resources({}).pipeline, undefined); // the worker picks by device
+  assert.equal(resources({ pipeline: true }).pipeline, true);
+  assert.equal(resources({ pipeline: false }).pipeline, false);
+  assert.throws(() => resources({ pipeline: 'yes' }), /resources\.pipeline/);
+  const onnx = { ...raw, engine: 'onnx', versions: { '1': { format: 'onnx', file: 'model.onnx' } } };
+  assert.throws(
+    () => parseModelConfig({ ...onnx, resources: { pipeline: true } }, 'c'),
+    /resources\.pipeline is a torch worker's; the onnx engine runs in the gateway process/,
+  );
+});
+
 test('an invalid config lists every problem in one INVALID_CONFIG error', () => {
   const bad = {
     ...raw,
