@@ -153,10 +153,6 @@ class Worker:
         if reply is not None:
             self.channel.write_message(reply)
 
-    def handle(self, message: Message) -> Message | None:
-        """The answer to one message (None for ``release``, which has none)."""
-        return self.begin(message)()
-
     def begin(self, message: Message) -> Finish:
         """Starts on one message; what it returns finishes it and gives its answer.
 
@@ -341,6 +337,14 @@ class Worker:
             t0 = t1
         stages = runner.stages_for_request()
         reply: Message = {}
+        written: list[Message] = []
+
+        def give_up() -> None:
+            # Waited out first: no queued copy may land in a slot after it is freed and handed
+            # out again.
+            runner.abandon(stages)
+            self._release([entry["offset"] for entry in written])
+
         try:
             inputs = runner.to_device(inputs, stages)
             t1 = time.perf_counter()
@@ -359,11 +363,11 @@ class Worker:
                     t_post = time.perf_counter()
                     timings["postprocess_ms"] = _ms(t2, t_post)
                     t2 = t_post
-            written = self._queue_outputs(outputs)
+            self._queue_outputs(outputs, written)
             runner.outputs_queued(stages)
             timings["d2h_ms"] = _ms(t2, time.perf_counter())
         except BaseException:
-            runner.abandon(stages)
+            give_up()
             raise
         writes = message.get("writes")
 
@@ -379,9 +383,7 @@ class Worker:
                     )
                     timings["write_ms"] = _ms(t3, time.perf_counter())
             except BaseException:
-                # No queued copy may land in a slot after it is freed and handed out again.
-                runner.abandon(stages)
-                self._release([entry["offset"] for entry in written])
+                give_up()
                 raise
             reply["outputs"] = written
             if geometry:
@@ -391,30 +393,22 @@ class Worker:
 
         return finish
 
-    def _queue_outputs(self, outputs: Named) -> list[Message]:
-        """Copies the outputs into output-arena slots and returns their headers. A CUDA tensor's
-        copy is only queued (``OutArena.write``), behind its forward pass: the request waits for
-        them all at once when it is finished (:meth:`Runner.finish`)."""
-        written: list[Message] = []
-        try:
-            for spec, tensor in outputs:
-                offset, nbytes = self.arena_out.write(tensor, spec.dtype)
-                written.append(
-                    {
-                        "name": spec.name,
-                        "dtype": NAMES[spec.dtype],
-                        "shape": list(tensor.shape),
-                        "offset": offset,
-                        "nbytes": nbytes,
-                    }
-                )
-        except BaseException:
-            # No queued copy may land in a slot after it is freed and handed out again.
-            if self.runner is not None:
-                self.runner.drain()
-            self._release([entry["offset"] for entry in written])
-            raise
-        return written
+    def _queue_outputs(self, outputs: Named, written: list[Message]) -> None:
+        """Copies the outputs into output-arena slots, adding their headers to ``written`` as
+        each slot is taken (so that a failure part way frees those). A CUDA tensor's copy is only
+        queued (``OutArena.write``), behind its forward pass: the request waits for them all at
+        once when it is finished (:meth:`Runner.finish`)."""
+        for spec, tensor in outputs:
+            offset, nbytes = self.arena_out.write(tensor, spec.dtype)
+            written.append(
+                {
+                    "name": spec.name,
+                    "dtype": NAMES[spec.dtype],
+                    "shape": list(tensor.shape),
+                    "offset": offset,
+                    "nbytes": nbytes,
+                }
+            )
 
     def _tensor_inputs(self, headers: list[Any], runner: Runner) -> list[torch.Tensor]:
         """The inputs of a model without processing, in its declared order: tensors viewed in
