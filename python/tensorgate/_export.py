@@ -29,40 +29,11 @@ from typing import Any
 import torch
 
 from ._errors import WorkerError
+from ._examples import example_inputs
 from ._loader import LoadedModel, ModelSpec, TensorSpec
 from ._outputs import name_outputs
 
 EXPORT_FAILED = "EXPORT_FAILED"
-
-#: Rows of the example batch the export traces: not 0 or 1, which torch specialises.
-EXAMPLE_ROWS = 2
-#: Size given to other dynamic dimensions in the example.
-EXAMPLE_OTHER = 3
-
-
-def example_inputs(
-    inputs: list[TensorSpec],
-    device: torch.device,
-    rows: int = EXAMPLE_ROWS,
-    seed: int = 0,
-    other: int = EXAMPLE_OTHER,
-) -> tuple[torch.Tensor, ...]:
-    """Seeded tensors of the given specs: floats in [0, 1), integers 0 or 1, random bools.
-
-    ``rows`` for a dynamic first dimension, ``other`` for other dynamic ones.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    tensors = []
-    for s in inputs:
-        shape = [(rows if axis == 0 else other) if d == -1 else d for axis, d in enumerate(s.shape)]
-        if s.dtype.is_floating_point:
-            t = torch.rand(shape, generator=generator).to(s.dtype)
-        elif s.dtype == torch.bool:
-            t = torch.rand(shape, generator=generator) < 0.5
-        else:
-            t = torch.randint(0, 2, shape, generator=generator).to(s.dtype)
-        tensors.append(t.to(device))
-    return tuple(tensors)
 
 
 def _dynamic_shapes(
@@ -371,7 +342,6 @@ __all__ = [
     "cache_key",
     "compile_package",
     "device_key",
-    "example_inputs",
     "Ordered",
     "export_module",
     "export_program",

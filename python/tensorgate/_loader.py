@@ -28,8 +28,10 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ._direct import direct_forward
 from ._dtypes import to_torch
 from ._errors import BAD_PARAMETER, LOAD_FAILED, UNSUPPORTED_FORMAT, WorkerError
+from ._examples import example_inputs
 from ._sealed import is_sealed, open_model_file
 
 FORMATS = ("torchscript", "export", "aoti", "eager")
@@ -114,6 +116,15 @@ class LoadedModel:
     program: Any = None
     #: Bytes of weights it holds, for memory accounting.
     weights_bytes: int = 0
+    #: An exported program's forward pass without the module around it (``_direct.py``), where
+    #: one could be made and agreed with the module.
+    direct: Callable[..., Any] | None = None
+
+    @property
+    def call(self) -> Callable[..., Any]:
+        """What a request's forward pass calls: the direct forward where there is one, else the
+        module. Transforms (torch.compile, quantization) take ``module``."""
+        return self.module if self.direct is None else self.direct
 
 
 def supported_formats() -> list[str]:
@@ -233,8 +244,10 @@ def _load_export(spec: ModelSpec, device: torch.device) -> LoadedModel:
     # No .eval(): an exported program runs as it was traced (export in eval mode), and its
     # module refuses train/eval switches.
     module = program.module()
-    skip_per_call_structure_check(module, len(spec.inputs))
-    return LoadedModel(module, device, program, module_weights_bytes(module))
+    direct = None
+    if skip_per_call_structure_check(module, len(spec.inputs)):
+        direct = direct_forward(module, program, example_inputs(spec.inputs, device))
+    return LoadedModel(module, device, program, module_weights_bytes(module), direct)
 
 
 def takes_flat_tensors(in_spec: object, inputs: int) -> bool:

@@ -61,7 +61,8 @@ class Runner:
 
     def __init__(self, loaded: LoadedModel, spec: ModelSpec) -> None:
         self.loaded = loaded
-        self.model = loaded.module
+        #: What a request's forward pass calls (the direct forward of an exported program).
+        self.model = loaded.call
         self.spec = spec
         self.device = loaded.device
         self.variants: Variants | None = None

@@ -32,7 +32,8 @@ import torch
 
 from ._accuracy import OutputCheck, check_outputs, worst
 from ._errors import BAD_PARAMETER, WorkerError
-from ._export import aoti_package, example_inputs, first_line
+from ._examples import example_inputs
+from ._export import aoti_package, first_line
 from ._loader import LoadedModel, ModelSpec, TensorSpec, load_aoti_package
 from ._sealed import is_sealed
 
@@ -179,7 +180,10 @@ class Variants:
         warm: Warm,
     ) -> None:
         self.loaded = loaded
+        #: What transforms take (torch.compile, quantization, freezing) ...
         self.model = loaded.module
+        #: ... and what the plain and autocast variants call (see LoadedModel.call).
+        self.call = loaded.call
         self.spec = spec
         self.device = loaded.device
         self.options = options
@@ -187,8 +191,8 @@ class Variants:
         self._warm = warm
         self.by_precision: dict[str, Variant] = {}
         inputs = list(example_inputs(spec.inputs, self.device, rows=CHECK_ROWS, seed=0))
-        plain = Variant("fp32", "plain", module=self.model)
-        self.reference = run(self.model, inputs, plain)
+        plain = Variant("fp32", "plain", module=self.call)
+        self.reference = run(self.call, inputs, plain)
         self.by_precision["fp32"] = self._fp32(inputs, plain)
         for precision in options.precisions:
             if precision != "fp32":
@@ -277,7 +281,7 @@ class Variants:
                     VARIANT_UNAVAILABLE,
                     f"torch {torch.__version__} cannot run {precision} on {self.device.type}",
                 )
-            return Variant(precision, METHODS[precision], module=self.model, autocast=dtype)
+            return Variant(precision, METHODS[precision], module=self.call, autocast=dtype)
         if precision == "int8":
             return Variant("int8", INT8_METHOD, module=self._int8())
         how = self.options.torch_optimization

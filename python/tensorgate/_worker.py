@@ -279,10 +279,11 @@ class Worker:
             else model.device.type == "cuda" and self.processing is None
         )
         log.info(
-            "loaded %s v%s (%s) on %s%s in %.1f ms, warm-up %.1f ms",
+            "loaded %s v%s (%s%s) on %s%s in %.1f ms, warm-up %.1f ms",
             spec.name,
             spec.version,
             spec.format,
+            ", forward called directly" if model.direct is not None else "",
             model.device,
             f" (CPUs {','.join(map(str, cpus))})" if cpus is not None else "",
             _ms(start, loaded),

@@ -26,7 +26,8 @@ import torch
 
 from ._accuracy import check_outputs, worst
 from ._errors import WorkerError
-from ._export import EXPORT_FAILED, compile_package, example_inputs, export_program
+from ._examples import example_inputs
+from ._export import EXPORT_FAILED, compile_package, export_program
 from ._jobs import run_job
 from ._loader import ModelSpec, load_model
 from ._outputs import name_outputs

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from ._export import EXPORT_FAILED, example_inputs, export_module, onnx_export
+from ._examples import example_inputs
+from ._export import EXPORT_FAILED, export_module, onnx_export
 from ._jobs import run_job
 from ._loader import ModelSpec, load_model
 from ._outputs import name_outputs

@@ -29,7 +29,7 @@ import torch
 
 from ._dtypes import NAMES
 from ._errors import BAD_PARAMETER, WorkerError
-from ._export import example_inputs
+from ._examples import example_inputs
 from ._jobs import run_job
 from ._loader import ModelSpec, load_model, program_dims, pt2_kind
 
