@@ -12,8 +12,9 @@
  * every scenario interleaved in rounds so that drift of the machine hits all alike:
  *
  * - `raw`: the forward pass in one Python process (bench/mcp-overhead/baseline.py), the baseline;
- * - `raw/unchecked`: the same, the exported module's per-call check of its arguments' structure
- *   turned off as tensorgate's worker turns it off (its shape guards still run), for reference;
+ * - `raw/direct`: the same forward called as tensorgate's worker calls it (the structure check done
+ *   once, the graph called without the module around it: python/tensorgate/_direct.py), for
+ *   reference;
  * - `oip/binary`: OIP v2 REST with binary tensor data in and out (`tensorgate serve --http`);
  * - `stdio/path`: the MCP `infer` tool over stdio, input as a `.npy` path (`tensorgate serve --stdio`);
  * - `stdio/list_models`: tensorgate's cheapest tool call over the same stdio pipe: the protocol floor;
@@ -159,11 +160,11 @@ async function main(): Promise<void> {
   );
   const floorBase = floor.match[1] as string;
   const baseline = new BaselineProcess(pythonExecutable(), plainDir, npy, 200);
-  const unchecked = new BaselineProcess(pythonExecutable(), plainDir, npy, 200, ['--unchecked']);
-  const [baselineInfo, uncheckedInfo] = await Promise.all([baseline.ready, unchecked.ready]);
+  const direct = new BaselineProcess(pythonExecutable(), plainDir, npy, 200, ['--direct']);
+  const [baselineInfo, directInfo] = await Promise.all([baseline.ready, direct.ready]);
   const baselines = [
     { name: 'raw', process: baseline },
-    ...(uncheckedInfo.unchecked ? [{ name: 'raw/unchecked', process: unchecked }] : []),
+    ...(directInfo.direct ? [{ name: 'raw/direct', process: direct }] : []),
   ];
   const placed = await startPlaced(work, npy, plainDir);
   if (placed.baseline) baselines.push({ name: 'raw@placed', process: placed.baseline });
@@ -323,11 +324,11 @@ async function main(): Promise<void> {
   const results: ScenarioResult[] = [
     { name: 'raw', what: 'forward pass in one Python process (the baseline)', latency: raw },
   ];
-  if (latencies.has('raw/unchecked')) {
-    const latency = distribution(latencies.get('raw/unchecked') as number[]);
+  if (latencies.has('raw/direct')) {
+    const latency = distribution(latencies.get('raw/direct') as number[]);
     results.push({
-      name: 'raw/unchecked',
-      what: "the same, without the exported module's per-call structure check (as the worker runs it)",
+      name: 'raw/direct',
+      what: "the same forward called as the worker calls it: the exported module's structure check done once, the graph called directly",
       latency,
       over_raw_ms: round(latency.p50 - raw.p50),
     });
@@ -418,7 +419,7 @@ async function main(): Promise<void> {
     sdkEcho.close(),
     echo.close(),
     baseline.close(),
-    unchecked.close(),
+    direct.close(),
   ]);
   await Promise.all([stopProcess(http.child), stopProcess(floor.child)]);
 }

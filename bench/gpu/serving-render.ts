@@ -1,5 +1,7 @@
 /** What bench/gpu/serving.py writes (gpu-serving-<time>.json), and its docs/benchmarks.md section. */
 
+import { round } from '../mcp-overhead/stats.js';
+
 /** Percentiles are null for a block in which no call fell inside the window. */
 interface Latency {
   n: number;
@@ -42,7 +44,7 @@ export interface GpuServingFile {
     batching: string[];
     clients: string;
   };
-  raw: { latency: Latency; batch32_ms: number; batch32_rows_per_s: number };
+  raw: { latency: Latency; batch32_ms: number; batch32_rows_per_s: number; direct_p50?: number };
   concurrency_1: Record<string, SequentialRow>;
   concurrency_32: Record<string, ConcurrentRow>;
   worker_gpu_memory_bytes: Record<string, number>;
@@ -66,6 +68,11 @@ export function renderGpuServing(files: unknown[]): string {
     '| concurrency 1 | p50 ms | p90 ms | p99 ms | over raw ms | server stages: decode / queue / transfer / compute / encode / total ms |',
     '| --- | ---: | ---: | ---: | ---: | --- |',
     `| raw forward | ${f.raw.latency.p50} | ${f.raw.latency.p90} | ${f.raw.latency.p99} | | |`,
+    ...(f.raw.direct_p50 !== undefined
+      ? [
+          `| raw forward, called as the worker calls it (python/tensorgate/_direct.py) | ${f.raw.direct_p50} | | | ${f.raw.latency.p50 === null ? '' : round(f.raw.direct_p50 - f.raw.latency.p50)} | |`,
+        ]
+      : []),
     ...Object.entries(f.concurrency_1).map(
       ([form, r]) =>
         `| \`${form}\` | ${r.latency.p50} | ${r.latency.p90} | ${r.latency.p99} | ${r.over_raw_ms} | ${STAGES.map((k) => r.server_ms[k] ?? '-').join(' / ')} |`,

@@ -59,6 +59,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from model_file import load_file  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "python"))
+from tensorgate._direct import direct_forward  # noqa: E402
+from tensorgate._loader import skip_per_call_structure_check  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check import free_port  # noqa: E402
 
@@ -147,7 +151,10 @@ def copy_model(demo: Path, repo: Path, name: str, resources: dict, batching: dic
 
 
 def raw_forward(repo: Path, device: str, seconds: float) -> dict[str, Any]:
-    """A host tensor in, the forward on the device, a host tensor out: batch 1 and batch 32."""
+    """A host tensor in, the forward on the device, a host tensor out: batch 1 and batch 32; and
+    batch 1 again with the forward called as the worker calls it (``direct_p50``: the structure
+    check done once, the graph called without the module around it, python/tensorgate/_direct.py).
+    """
     config = json.loads((repo / "image" / "config.json").read_text())
     file = repo / "image" / "1" / config["versions"]["1"]["file"]
     if device == "cpu":
@@ -158,25 +165,30 @@ def raw_forward(repo: Path, device: str, seconds: float) -> dict[str, Any]:
         module = move_to_device_pass(torch.export.load(str(file)), device).module()
     torch.set_num_threads(int(config["resources"].get("threads", 1)))
 
-    def timed(rows: int) -> list[float]:
+    def timed(rows: int, forward: Any = module) -> list[float]:
         x = torch.rand(rows, *SHAPE[1:])
         out: list[float] = []
         with torch.inference_mode():
             for _ in range(10):
-                module(x.to(device)).cpu()
+                forward(x.to(device)).cpu()
             deadline = time.perf_counter() + seconds
             while time.perf_counter() < deadline or len(out) < 20:
                 start = time.perf_counter()
-                module(x.to(device)).cpu()
+                forward(x.to(device)).cpu()
                 out.append((time.perf_counter() - start) * 1000)
         return out
 
     one, batch = timed(1), timed(32)
-    return {
+    result = {
         "latency": distribution(one),
         "batch32_ms": round(statistics.median(batch), 3),
         "batch32_rows_per_s": round(32 * 1000 / statistics.median(batch), 1),
     }
+    if skip_per_call_structure_check(module, 1):
+        direct = direct_forward(module, None, [torch.rand(SHAPE).to(device)])
+        if direct is not None:
+            result["direct_p50"] = round(statistics.median(timed(1, direct)), 3)
+    return result
 
 
 # --- clients: OIP over keep-alive HTTP, MCP over Streamable HTTP and over stdio -------------------

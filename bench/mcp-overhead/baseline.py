@@ -5,9 +5,11 @@ Loads the same model file the server serves, by plain PyTorch (bench/model_file.
 thread count of the model config's ``resources.threads`` (and one inter-op thread, as the worker
 uses), warms it up, then times
 ``model(x)`` under ``torch.inference_mode()`` on the input read from a ``.npy`` file. Nothing else
-is timed: no copy, no conversion, no I/O. With ``--unchecked`` an exported program's module skips
-its per-call check of the arguments' structure, as tensorgate's worker does
-(``skip_per_call_structure_check`` in python/tensorgate/_loader.py); its shape guards still run.
+is timed: no copy, no conversion, no I/O. With ``--direct`` an exported program's forward is called
+as tensorgate's worker calls it: the module's check of the arguments' structure done once
+(``skip_per_call_structure_check`` in python/tensorgate/_loader.py), and the graph called without
+the module around it (``direct_forward`` in python/tensorgate/_direct.py); its shape guards still
+run.
 
 Standalone (prints one JSON object)::
 
@@ -29,7 +31,9 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,10 +41,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from model_file import load_version  # noqa: E402
+from tensorgate._direct import direct_forward  # noqa: E402
 from tensorgate._loader import skip_per_call_structure_check  # noqa: E402
 
 
-def load(model_dir: Path, version: str | None) -> tuple[torch.nn.Module, dict]:
+def load(model_dir: Path, version: str | None) -> tuple[Callable[..., Any], dict]:
     config = json.loads((model_dir / "config.json").read_text())
     version = version or str(config.get("default_version") or max(config["versions"], key=int))
     entry = config["versions"][version]
@@ -54,7 +59,15 @@ def load(model_dir: Path, version: str | None) -> tuple[torch.nn.Module, dict]:
     return model, {"version": version, "threads": torch.get_num_threads(), "file": entry["file"]}
 
 
-def timed(model: torch.nn.Module, x: torch.Tensor, n: int, gap_ms: float = 0.0) -> list[float]:
+def as_served(model: Callable[..., Any], x: torch.Tensor) -> Callable[..., Any] | None:
+    """The exported program's forward as the worker calls it; None where the worker would call
+    the module as it is (another format, older torch)."""
+    if not skip_per_call_structure_check(model, 1):
+        return None
+    return direct_forward(model, None, [x])
+
+
+def timed(model: Callable[..., Any], x: torch.Tensor, n: int, gap_ms: float = 0.0) -> list[float]:
     """n timed forwards, back to back or with ``gap_ms`` of sleep before each (as when served)."""
     out: list[float] = []
     with torch.inference_mode():
@@ -78,9 +91,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--gap-ms", type=float, default=0.0, help="sleep before each timed forward")
     parser.add_argument(
-        "--unchecked",
+        "--direct",
         action="store_true",
-        help="skip an exported module's per-call structure check, as the worker does",
+        help="call an exported program's forward as the worker does (see the module's docstring)",
     )
     parser.add_argument(
         "--serve", action="store_true", help="answer 'N' lines on stdin (used by run.ts)"
@@ -89,7 +102,9 @@ def main() -> int:
 
     model, info = load(args.model_dir, args.version)
     x = torch.from_numpy(np.load(args.input))
-    info["unchecked"] = args.unchecked and skip_per_call_structure_check(model, 1)
+    direct = as_served(model, x) if args.direct else None
+    info["direct"] = direct is not None
+    model = direct or model
     timed(model, x, args.warmup)
     info.update(
         torch=torch.__version__,

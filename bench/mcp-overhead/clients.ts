@@ -246,8 +246,8 @@ export interface BaselineInfo {
   python: string;
   shape: number[];
   dtype: string;
-  /** Whether `--unchecked` turned the exported module's per-call structure check off. */
-  unchecked: boolean;
+  /** Whether `--direct` calls an exported program's forward as the worker does. */
+  direct: boolean;
 }
 
 /** The Python baseline (baseline.py --serve), loaded and warmed once, run in blocks on demand. */
@@ -257,7 +257,7 @@ export class BaselineProcess {
   private readonly waiting: ((line: string) => void)[] = [];
   readonly ready: Promise<BaselineInfo>;
 
-  /** `flags`: more of baseline.py's options (`--unchecked`). */
+  /** `flags`: more of baseline.py's options (`--direct`). */
   constructor(python: string, modelDir: string, input: string, warmup: number, flags: string[] = []) {
     this.child = spawn(
       python,

@@ -37,7 +37,7 @@ describe('bench/fixed-cost (smoke)', { timeout: 300_000 }, () => {
     );
     assert.deepEqual(names, [
       'raw',
-      'raw/unchecked', // the project's torch runs an exported program's guards in its graph
+      'raw/direct', // the project's torch runs an exported program's guards in its graph
       ...(placed ? ['raw@placed'] : []),
       'oip/binary',
       'oip/binary+spin',
