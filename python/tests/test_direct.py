@@ -169,3 +169,29 @@ def test_generating_the_code_leaves_the_modules_graph_as_it_was(scaled):
     assert direct_forward(module, program, [torch.rand(2, 4)]) is not None
     assert [(n.op, n.target) for n in module.graph.nodes] == before
     assert module.code == code
+
+
+class Branchy(torch.nn.Module):
+    """A data-dependent branch (torch.cond: subgraphs the graph reads as attributes) and a dict of
+    outputs, one of them integers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(4, 4)
+        self.down = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        y = torch.cond(x.sum() > 0, lambda t: self.up(t), lambda t: self.down(t), (x,))
+        return {"y": y, "positive": (y > 0).sum(dim=-1)}
+
+
+def test_subgraphs_and_structured_outputs_come_through_the_direct_forward(tmp_path):
+    torch.manual_seed(0)
+    module, program = prepared(exported(tmp_path / "model.pt2", Branchy()))
+    forward = direct_forward(module, program, [torch.rand(2, 4)])
+    assert forward is not None
+    with torch.inference_mode():
+        for x in (torch.rand(3, 4), -torch.rand(3, 4)):  # both branches
+            want, got = module(x), forward(x)
+            assert list(got) == ["y", "positive"]
+            assert all(torch.equal(got[k], want[k]) for k in want)
