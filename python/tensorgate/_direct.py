@@ -60,8 +60,15 @@ def direct_forward(
     except Exception as exc:  # torch's code generator refused: the module is called as before
         log.debug("no direct forward: %s", exc)
         return None
-    if not _agrees(forward, module, inputs):
-        log.warning("the direct forward disagrees with the exported module; calling the module")
+    try:
+        with torch.inference_mode():
+            want = module(*inputs)
+    except Exception as exc:  # nothing to check the direct forward against
+        log.debug("no direct forward: the module fails on the check inputs: %s", exc)
+        return None
+    problem = _disagreement(forward, want, inputs)
+    if problem is not None:
+        log.warning("the direct forward %s; calling the module", problem)
         return None
     return forward
 
@@ -72,7 +79,7 @@ def _hooks_do_nothing(module: torch.fx.GraphModule, program: Any) -> bool:
     They are the structure check (off: ``validate_inputs`` is False) and a pair that registers
     and unregisters the types of inputs that are modules as pytree nodes (none are here).
     """
-    if module._backward_hooks or module._backward_pre_hooks:
+    if module._backward_hooks or module._backward_pre_hooks or _global_hooks():
         return False
     pre = list(module._forward_pre_hooks.values())
     post = list(module._forward_hooks.values())
@@ -84,6 +91,14 @@ def _hooks_do_nothing(module: torch.fx.GraphModule, program: Any) -> bool:
     examples = getattr(program, "example_inputs", None)
     leaves = pytree.tree_leaves(examples) if examples is not None else []
     return not any(isinstance(leaf, torch.nn.Module) for leaf in leaves)
+
+
+def _global_hooks() -> bool:
+    """Whether hooks for every module are registered (``register_module_forward_hook`` and its
+    kin), which ``nn.Module.__call__`` would run and the direct forward would not."""
+    registry = torch.nn.modules.module
+    names = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks")
+    return any(getattr(registry, name, None) for name in names)
 
 
 def _generate(module: torch.fx.GraphModule) -> Callable[..., Any]:
@@ -137,21 +152,22 @@ def _unpatched_guards(guards: Any) -> Any:
     return function if callable(function) else guards
 
 
-def _agrees(forward: Callable[..., Any], module: Callable[..., Any], inputs: Sequence[Any]) -> bool:
-    """Whether ``forward`` gives the module's outputs on ``inputs``: the same structure, and the
-    same values bit for bit (the same operations run in the same order)."""
+def _disagreement(forward: Callable[..., Any], want: Any, inputs: Sequence[Any]) -> str | None:
+    """How ``forward`` fails to give the module's outputs ``want`` on ``inputs``; None where it
+    gives the same structure and the same values bit for bit (the same operations run in the same
+    order)."""
     try:
         with torch.inference_mode():
-            want = module(*inputs)
             got = forward(*inputs)
     except Exception as exc:
-        log.debug("no direct forward: %s", exc)
-        return False
+        return f"fails where the module does not ({type(exc).__name__}: {exc})"
     want_leaves, want_spec = pytree.tree_flatten(want)
     got_leaves, got_spec = pytree.tree_flatten(got)
     if want_spec != got_spec:
-        return False
-    return all(_same(a, b) for a, b in zip(want_leaves, got_leaves, strict=True))
+        return "gives outputs of another structure than the exported module"
+    if not all(_same(a, b) for a, b in zip(want_leaves, got_leaves, strict=True)):
+        return "disagrees with the exported module"
+    return None
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -128,6 +128,16 @@ def test_a_module_with_hooks_of_its_own_is_called_as_it_is(scaled):
     assert direct_forward(module, program, x) is None  # a hook the direct forward would skip
 
 
+def test_hooks_registered_for_every_module_leave_the_module_called_as_it_is(scaled):
+    module, program = prepared(scaled)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *args: None)
+    try:
+        assert direct_forward(module, program, [torch.rand(2, 4)]) is None
+    finally:
+        handle.remove()
+    assert direct_forward(module, program, [torch.rand(2, 4)]) is not None
+
+
 def test_a_module_still_checking_its_arguments_per_call_is_called_as_it_is(scaled):
     module, program = prepared(scaled)
     module.validate_inputs = True
@@ -160,6 +170,20 @@ def test_a_direct_forward_that_disagrees_with_the_module_is_not_used(scaled, mon
     finally:
         logger.removeHandler(records)
     assert any("disagrees" in m for m in records.messages)
+
+
+def test_check_inputs_the_module_refuses_leave_the_module_called_without_a_warning(scaled):
+    module, program = prepared(scaled)
+    records = Records()
+    logger = logging.getLogger("tensorgate.worker")
+    logger.addHandler(records)
+    try:
+        # Past the program's Dim: the module's own guard refuses them, so there is nothing to
+        # check a direct forward against, and nothing has gone wrong.
+        assert direct_forward(module, program, [torch.rand(9, 4)]) is None
+    finally:
+        logger.removeHandler(records)
+    assert records.messages == []
 
 
 def test_generating_the_code_leaves_the_modules_graph_as_it_was(scaled):
