@@ -3,7 +3,9 @@ outputs, the same guards, the module's own tensors, and the module where that ca
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -144,13 +146,23 @@ def test_a_module_still_checking_its_arguments_per_call_is_called_as_it_is(scale
     assert direct_forward(module, program, [torch.rand(2, 4)]) is None
 
 
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
+@contextlib.contextmanager
+def worker_warnings() -> Iterator[list[str]]:
+    """The warnings the worker's logger gives inside the block (pytest runs with -p no:logging,
+    so there is no caplog)."""
+    messages: list[str] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger("tensorgate.worker")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
 
 
 def test_a_direct_forward_that_disagrees_with_the_module_is_not_used(scaled, monkeypatch):
@@ -162,28 +174,18 @@ def test_a_direct_forward_that_disagrees_with_the_module_is_not_used(scaled, mon
         return lambda *inputs: forward(*inputs) + 1e-6
 
     monkeypatch.setattr(direct_module, "_generate", slightly_off)
-    records = Records()
-    logger = logging.getLogger("tensorgate.worker")
-    logger.addHandler(records)
-    try:
+    with worker_warnings() as warnings:
         assert direct_forward(module, program, [torch.rand(2, 4)]) is None
-    finally:
-        logger.removeHandler(records)
-    assert any("disagrees" in m for m in records.messages)
+    assert any("disagrees" in m for m in warnings)
 
 
 def test_check_inputs_the_module_refuses_leave_the_module_called_without_a_warning(scaled):
     module, program = prepared(scaled)
-    records = Records()
-    logger = logging.getLogger("tensorgate.worker")
-    logger.addHandler(records)
-    try:
+    with worker_warnings() as warnings:
         # Past the program's Dim: the module's own guard refuses them, so there is nothing to
         # check a direct forward against, and nothing has gone wrong.
         assert direct_forward(module, program, [torch.rand(9, 4)]) is None
-    finally:
-        logger.removeHandler(records)
-    assert records.messages == []
+    assert warnings == []
 
 
 def test_generating_the_code_leaves_the_modules_graph_as_it_was(scaled):
