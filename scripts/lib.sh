@@ -72,3 +72,28 @@ install_venv() {
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
   printf '%s' "$stamp" > "$venv/installed-requirements.txt"
 }
+
+# side_by_side COMMAND...: runs each COMMAND (a line of bash, which may call this file's functions)
+# in the background at once, then prints each one's output whole, in the order given, as each
+# ends; returns 1 if any failed, naming it. For steps that do not depend on each other and mostly
+# wait (downloads, unpacking, a test run that keeps one core busy), on a machine with cores to spare.
+side_by_side() {
+  local dir i rc failed=0
+  local -a commands=("$@") pids=()
+  dir=$(mktemp -d)
+  for i in "${!commands[@]}"; do
+    (eval "${commands[$i]}") >"$dir/$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!commands[@]}"; do
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    cat "$dir/$i.log"
+    if ((rc)); then
+      echo "failed with exit status $rc: ${commands[$i]}" >&2
+      failed=1
+    fi
+  done
+  rm -rf "$dir"
+  return "$failed"
+}

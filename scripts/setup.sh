@@ -122,12 +122,14 @@ if [[ $want_test == 1 ]]; then
   step "installing test tools"
   # pytest, ruff, the reference safetensors and transformers, at python/requirements-test.txt's pins.
   install_pins python/requirements-test.txt
-  # The oldest torch tensorgate supports, for the Python tests (another 5 GB, about a minute).
-  install_venv "$TG_VENV-floor" python/requirements-floor.txt
-  bash scripts/install-test-tools.sh
-  bash scripts/install-python-clients.sh
-  # Helm, hadolint and the manifest validator that test/deploy checks the deployment files with.
-  bash scripts/check-deploy.sh --install-only
+  # Side by side, as they wait on downloads and unpacking, each printed whole once it ends: the
+  # oldest torch tensorgate supports, for the Python tests (another 5 GB, about a minute); the MCP
+  # checkers, then Helm, hadolint and the manifest validator that test/deploy checks the
+  # deployment files with (both in .tensorgate/tools); tritonclient and the KServe model server.
+  side_by_side \
+    'install_venv "$TG_VENV-floor" python/requirements-floor.txt' \
+    'bash scripts/install-test-tools.sh && bash scripts/check-deploy.sh --install-only' \
+    'bash scripts/install-python-clients.sh'
 fi
 if [[ $want_bench == 1 ]]; then
   step "installing the peers of bench/peers"

@@ -29,28 +29,12 @@ export TENSORGATE_TEST_MODELS="$PWD/.tensorgate/test-models"
 "$PYTHON" scripts/make_test_models.py "$TENSORGATE_TEST_MODELS" >/dev/null
 
 # The two pytest runs go side by side: each keeps about one core busy (torch's forward passes and
-# compiles in one process at a time), so together they take about the time of the longer one. Each
-# run's output is kept in a file and printed whole, in order, once both have ended.
-pytest_logs=$(mktemp -d)
-pytest_on() { # NAME PYTHON
-  PYTHONPATH=python "$2" -m pytest -q -p no:logging python/tests >"$pytest_logs/$1.log" 2>&1
+# compiles in one process at a time), so together they take about the time of the longer one.
+pytest_on() { # WHICH PYTHON
+  step "python tests (pytest) on $1 $("$2" -c 'import torch; print(torch.__version__)')"
+  PYTHONPATH=python "$2" -m pytest -q -p no:logging python/tests
 }
-pytest_on pinned "$PYTHON" &
-pinned=$!
-pytest_on floor "$FLOOR" &
-floor=$!
-pinned_status=0 floor_status=0
-wait "$pinned" || pinned_status=$?
-wait "$floor" || floor_status=$?
-step "python tests (pytest) on torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
-cat "$pytest_logs/pinned.log"
-step "python tests (pytest) on the oldest supported torch, $("$FLOOR" -c 'import torch; print(torch.__version__)')"
-cat "$pytest_logs/floor.log"
-rm -rf "$pytest_logs"
-if ((pinned_status || floor_status)); then
-  echo "pytest failed (exit status $pinned_status on the pinned torch, $floor_status on the oldest)" >&2
-  exit 1
-fi
+side_by_side 'pytest_on torch "$PYTHON"' 'pytest_on "the oldest supported torch," "$FLOOR"'
 
 step "TypeScript tests (node --test) on node $(node --version)"
 mapfile -t files < <(find test -name '*.test.ts' | sort)
