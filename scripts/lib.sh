@@ -74,9 +74,10 @@ install_venv() {
 }
 
 # side_by_side COMMAND...: runs each COMMAND (a line of bash, which may call this file's functions)
-# in the background at once, then prints each one's output whole, in the order given, as each
-# ends; returns 1 if any failed, naming it. For steps that do not depend on each other and mostly
-# wait (downloads, unpacking, a test run that keeps one core busy), on a machine with cores to spare.
+# in the background at once and prints their outputs whole, in the order given: a command's once it
+# and those before it have ended. Returns 1 if any failed, naming each that did. For steps that do
+# not depend on each other and mostly wait (downloads, unpacking, a test run that keeps one core
+# busy), where there are cores to spare.
 side_by_side() {
   local dir i rc failed=0
   local -a commands=("$@") pids=()
