@@ -16,7 +16,9 @@ A file encrypted at rest (``_sealed.py``) is decrypted into memory first.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import os
 import sys
 import warnings
@@ -130,9 +132,20 @@ class LoadedModel:
 def supported_formats() -> list[str]:
     """The formats this torch can load, as announced in ``hello``."""
     formats = ["torchscript", "export", "eager"]
-    if _aoti_loader() is not None:
+    if _has_aoti_loader():
         formats.insert(2, "aoti")
     return formats
+
+
+@functools.cache
+def _has_aoti_loader() -> bool:
+    """Whether this torch ships AOTInductor's package loader (``torch._inductor.package``), told
+    from where its files are rather than by importing it: importing Inductor takes about a second
+    of CPU on torch 2.15, which every worker's ``hello`` paid, where only an AOTInductor model
+    (and the ``.pt2`` programs and compiled variants, which import it anyway) needs it."""
+    spec = importlib.util.find_spec("torch._inductor")
+    places = (spec.submodule_search_locations or []) if spec else []
+    return any(os.path.isdir(os.path.join(place, "package")) for place in places)
 
 
 def _aoti_loader() -> Callable[..., Any] | None:
@@ -279,7 +292,13 @@ def load_aoti_package(source: Any, device: torch.device, inputs: int) -> Callabl
     """An AOTInductor package (a path or the bytes of one) loaded for ``device``, to be called
     with ``inputs`` tensors (directly, where ``FlatAOTICall`` can)."""
     load = _aoti_loader()
-    assert load is not None  # supported_formats() said so
+    if load is None:  # its files are there (supported_formats), but it does not import
+        raise WorkerError(
+            UNSUPPORTED_FORMAT,
+            f"torch {torch.__version__} cannot import AOTInductor's package loader "
+            "(torch._inductor.aoti_load_package); serve the model's .pt2 program or its eager "
+            "code instead",
+        )
     index = device.index or 0
     model = load(source, device_index=index) if device.type == "cuda" else load(source)
     return FlatAOTICall.of(model, inputs) or model

@@ -3,7 +3,11 @@ checks of an exported program's dimensions against the config, device choice, ou
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -55,6 +59,43 @@ class Double(torch.nn.Module):
 
 def test_current_torch_loads_every_format():
     assert supported_formats() == ["torchscript", "export", "aoti", "eager"]
+
+
+def test_formats_are_told_and_torchscript_loads_without_importing_inductor(tmp_path):
+    """Every worker's ``hello`` lists the formats: importing Inductor to see that AOTInductor's
+    loader is there cost each worker over a second of CPU. A TorchScript model does not need it."""
+    path = save_scripted(Double(), tmp_path / "model.pt")
+    spec = {
+        "name": "m",
+        "version": "1",
+        "format": "torchscript",
+        "file": str(path),
+        "code_dir": str(tmp_path),
+        "device": "cpu",
+        "threads": 1,
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 4]}],
+        "warmup_runs": 1,
+    }
+    script = (
+        "import json, sys\n"
+        "from tensorgate._loader import ModelSpec, load_model, supported_formats\n"
+        "formats = supported_formats()\n"
+        "after_hello = 'torch._inductor' in sys.modules\n"
+        "load_model(ModelSpec.from_json(json.loads(sys.argv[1])))\n"
+        "print(json.dumps([formats, after_hello, 'torch._inductor' in sys.modules]))\n"
+    )
+    package_dir = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(spec)],
+        env={**os.environ, "PYTHONPATH": str(package_dir)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    formats, after_hello, after_load = json.loads(done.stdout.strip().splitlines()[-1])
+    assert formats == supported_formats() and "aoti" in formats
+    assert not after_hello and not after_load
 
 
 def save_scripted(module: torch.nn.Module, path: Path) -> Path:
