@@ -30,7 +30,12 @@ from tensorgate._outputs import name_outputs
 
 
 def model_spec(path: Path, fmt: str, **overrides) -> ModelSpec:
-    raw = {
+    return ModelSpec.from_json(load_request_model(path, fmt, **overrides))
+
+
+def load_request_model(path: Path, fmt: str, **overrides) -> dict:
+    """The ``model`` object of a ``load`` request for the file at ``path``."""
+    return {
         "name": "m",
         "version": "1",
         "format": fmt,
@@ -43,7 +48,6 @@ def model_spec(path: Path, fmt: str, **overrides) -> ModelSpec:
         "warmup_runs": 1,
         **overrides,
     }
-    return ModelSpec.from_json(raw)
 
 
 def load_error(spec: ModelSpec) -> WorkerError:
@@ -65,18 +69,6 @@ def test_formats_are_told_and_torchscript_loads_without_importing_inductor(tmp_p
     """Every worker's ``hello`` lists the formats: importing Inductor to see that AOTInductor's
     loader is there cost each worker over a second of CPU. A TorchScript model does not need it."""
     path = save_scripted(Double(), tmp_path / "model.pt")
-    spec = {
-        "name": "m",
-        "version": "1",
-        "format": "torchscript",
-        "file": str(path),
-        "code_dir": str(tmp_path),
-        "device": "cpu",
-        "threads": 1,
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 4]}],
-        "warmup_runs": 1,
-    }
     script = (
         "import json, sys\n"
         "from tensorgate._loader import ModelSpec, load_model, supported_formats\n"
@@ -87,7 +79,7 @@ def test_formats_are_told_and_torchscript_loads_without_importing_inductor(tmp_p
     )
     package_dir = Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(spec)],
+        [sys.executable, "-c", script, json.dumps(load_request_model(path, "torchscript"))],
         env={**os.environ, "PYTHONPATH": str(package_dir)},
         capture_output=True,
         text=True,
