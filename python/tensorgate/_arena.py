@@ -413,11 +413,11 @@ def _write_target(write: dict[str, Any]) -> tuple[str, int, int | None, int]:
     return name, row, rows, capacity
 
 
-def can_read_parent_files(arena_path: str) -> bool:
+def can_read_gateway_files(arena_path: str, gateway_pid: int) -> bool:
     """Whether this worker may open its gateway's descriptors through /proc: it tries on the
     input arena, which the gateway holds open. Same user, /proc mounted and no ptrace rule
     against it, as is usual; when not, the gateway reads regions itself, as before."""
-    fd_dir = f"/proc/{os.getppid()}/fd"
+    fd_dir = f"/proc/{gateway_pid}/fd"
     arena_path = os.path.realpath(arena_path)
     try:
         for name in os.listdir(fd_dir):

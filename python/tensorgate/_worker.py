@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from . import _protocol
-from ._arena import InArena, OutArena, can_read_parent_files, read_files, write_files
+from ._arena import InArena, OutArena, can_read_gateway_files, read_files, write_files
 from ._cpus import place_on_cpus, requested_cpus
 from ._dtypes import NAMES, to_torch
 from ._errors import (
@@ -79,8 +79,16 @@ def _ms(start: float, end: float) -> float:
 
 
 class Worker:
-    def __init__(self, sock: socket.socket, arena_in: InArena, arena_out: OutArena) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        arena_in: InArena,
+        arena_out: OutArena,
+        gateway_pid: int | None = None,
+    ) -> None:
         self.sock = sock
+        #: Whose descriptors this worker opens through /proc: its parent unless a fork server is.
+        self.gateway_pid = os.getppid() if gateway_pid is None else gateway_pid
         self.channel = _protocol.Channel(sock)
         self.arena_in = arena_in
         self.arena_out = arena_out
@@ -106,7 +114,7 @@ class Worker:
             "cuda": torch.cuda.is_available(),
             "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
             "formats": supported_formats(),
-            "reads_files": can_read_parent_files(self.arena_in.path),
+            "reads_files": can_read_gateway_files(self.arena_in.path, self.gateway_pid),
         }
 
     def serve(self) -> int:

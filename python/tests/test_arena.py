@@ -12,7 +12,7 @@ from tensorgate._arena import (
     FreeList,
     InArena,
     OutArena,
-    can_read_parent_files,
+    can_read_gateway_files,
     read_files,
     write_files,
 )
@@ -343,9 +343,9 @@ def test_output_rows_are_written_into_files_where_they_fit(shm_path):
         arena.close()
 
 
-def test_reading_the_parents_files_is_tried_on_the_file_named(shm_path):
+def test_reading_the_gateways_files_is_tried_on_the_file_named(shm_path):
     """pytest's parent process does not hold this file open, so there is nothing to open."""
     path = shm_path("unheld")
     with open(path, "wb") as f:
         f.write(b"x")
-    assert can_read_parent_files(path) is False
+    assert can_read_gateway_files(path, os.getppid()) is False
