@@ -31,6 +31,7 @@ import { renderShmMap } from './shm-map/render.js';
 import { renderSoak } from './soak/render.js';
 import { renderTrainingGpu } from './training/gpu-render.js';
 import { renderTraining } from './training/render.js';
+import { renderWorkerStart } from './worker-start/render.js';
 import { renderWorkflows } from './workflows/render.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -66,6 +67,7 @@ const RENDERERS: Record<string, Renderer> = {
   processing: renderProcessing,
   soak: renderSoak,
   workflows: renderWorkflows,
+  'worker-start': renderWorkerStart,
   jobs: renderJobs,
   remote: renderRemote,
   engines: renderEngines,
@@ -124,6 +126,7 @@ function main(): void {
     'node --import tsx bench/jobs/run.ts                   # about 5 minutes on 2 cores',
     'node --import tsx bench/remote/run.ts                 # about 1 minute on 2 cores (needs .tensorgate/kserve)',
     'node --import tsx bench/engines/run.ts                # about 15 minutes on 2 cores',
+    'node --import tsx bench/worker-start/run.ts           # about 30 seconds on 2 cores',
     '.tensorgate/venv/bin/python bench/gpu/check.py        # on a CUDA machine (--device cpu elsewhere): about 3 minutes',
     'PYTHONPATH=python python3 bench/training/gpu.py       # on a CUDA machine (--device cpu elsewhere): about 2 minutes',
     '.tensorgate/venv/bin/python bench/gpu/serving.py      # on a CUDA machine (--device cpu elsewhere): about 3 minutes',

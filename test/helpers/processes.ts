@@ -1,21 +1,49 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { expandCpuList } from '../../src/registry/model-config.js';
 
-/** PIDs of the tensorgate workers that are children of this process. */
-export function workerPids(parent = process.pid): number[] {
-  const pids: number[] = [];
+interface ProcessEntry {
+  pid: number;
+  ppid: number;
+  comm: string;
+  cmdline: string;
+}
+
+function processes(): ProcessEntry[] {
+  const found: ProcessEntry[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      if (ppid === parent && cmdline.includes('tensorgate.worker')) pids.push(Number(entry));
+      found.push({
+        pid: Number(entry),
+        ppid: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]),
+        comm: readFileSync(`/proc/${entry}/comm`, 'utf8').trim(),
+        cmdline: readFileSync(`/proc/${entry}/cmdline`, 'utf8'),
+      });
     } catch {
       // The process ended while we looked.
     }
   }
-  return pids;
+  return found;
+}
+
+/**
+ * PIDs of the tensorgate workers this process started: spawned ones are its children, forked ones
+ * children of its fork servers. A worker names itself `tg-worker` once it runs (worker.py).
+ */
+export function workerPids(parent = process.pid): number[] {
+  const all = processes();
+  const forkServers = new Set(
+    all.filter((p) => p.ppid === parent && p.cmdline.includes('tensorgate.forkserver')).map((p) => p.pid),
+  );
+  return all.filter((p) => (p.ppid === parent || forkServers.has(p.ppid)) && p.comm === 'tg-worker').map((p) => p.pid);
+}
+
+/** PIDs of this process's fork servers (`python -m tensorgate.forkserver`). */
+export function forkServerPids(parent = process.pid): number[] {
+  return processes()
+    .filter((p) => p.ppid === parent && p.cmdline.includes('tensorgate.forkserver'))
+    .map((p) => p.pid);
 }
 
 /** The state letter of a process in /proc/PID/stat: R running or runnable, S sleeping, ... */

@@ -1,11 +1,12 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ErrorCode, isErrorCode, type TensorgateError, tgError } from '../../errors.js';
 import { type LogFields, type Logger, noLogger } from '../../observability/logger.js';
+import { forkWorker } from './fork-server.js';
 import { encodeFrame, FrameDecoder } from './frame.js';
+import { forwardLines, type LaunchedWorker, spawnWorker } from './launch.js';
 import { type Hello, HelloSchema, ReplySchema } from './protocol.js';
 
 /**
@@ -24,6 +25,18 @@ export const PYTHON_PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)
 export function pythonExecutable(): string {
   if (process.env.TENSORGATE_PYTHON) return process.env.TENSORGATE_PYTHON;
   return existsSync(PROJECT_VENV_PYTHON) ? PROJECT_VENV_PYTHON : 'python3';
+}
+
+/**
+ * How workers start: `fork` (the default on Linux) forks them from a process that has imported
+ * torch once (fork-server.ts); `spawn` starts each as a new interpreter. `$TENSORGATE_WORKER_START`
+ * picks, read at each start.
+ */
+export function workerStart(): 'fork' | 'spawn' {
+  const chosen = process.env.TENSORGATE_WORKER_START;
+  if (chosen === 'fork' || chosen === 'spawn') return chosen;
+  if (chosen) throw tgError('LOAD_FAILED', `TENSORGATE_WORKER_START is "${chosen}"; use "fork" or "spawn"`);
+  return process.platform === 'linux' ? 'fork' : 'spawn';
 }
 
 /** The project's own virtual environment's interpreter (scripts/setup.sh). */
@@ -48,8 +61,9 @@ interface Pending {
 }
 
 export class WorkerProcess {
-  private readonly child: ChildProcess;
-  private readonly channel: Socket;
+  private readonly launched: LaunchedWorker;
+  /** Set once the worker's streams are in (spawned: at once; forked: when it connects back). */
+  private channel: Socket | undefined;
   private readonly decoder = new FrameDecoder();
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
@@ -58,34 +72,23 @@ export class WorkerProcess {
   readonly hello: Promise<Hello>;
 
   constructor(private readonly options: WorkerOptions) {
-    this.child = spawn(
-      pythonExecutable(),
-      [
-        '-m',
-        'tensorgate.worker',
-        '--arena-in',
-        options.arenaIn,
-        '--arena-out',
-        options.arenaOut,
-        '--out-bytes',
-        String(options.outBytes),
-      ],
-      {
-        // fd 3 is a Unix socket pair: the control channel. No path on disk, EOF when either side dies.
-        stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
-        env: { ...process.env, PYTHONPATH: joinPythonPath(PYTHON_PACKAGE_DIR), PYTHONUNBUFFERED: '1' },
-      },
-    );
-    this.channel = this.child.stdio[3] as Socket;
+    const argv = [
+      '--arena-in',
+      options.arenaIn,
+      '--arena-out',
+      options.arenaOut,
+      '--out-bytes',
+      String(options.outBytes),
+      // A forked worker's parent is its fork server; the descriptors it opens are the gateway's.
+      '--gateway-pid',
+      String(process.pid),
+    ];
+    const env = { ...process.env, PYTHONPATH: joinPythonPath(PYTHON_PACKAGE_DIR), PYTHONUNBUFFERED: '1' };
     const log = options.onLog ?? noLogger;
-    const fields = { ...options.logFields, worker: options.label, pid: this.child.pid };
-    forwardLines(this.child.stdout, (line) => log(line, { ...fields, stream: 'stdout' }));
-    forwardLines(this.child.stderr, (line) => {
-      const record = WORKER_RECORD.exec(line);
-      if (record) log(record[3] as string, { ...fields, level: WORKER_LEVELS[record[2] as string] ?? 'info' });
-      // Not a log record: a warning printed by a library, a traceback line.
-      else log(line, { ...fields, level: 'warn', stream: 'stderr' });
-    });
+    this.launched =
+      workerStart() === 'fork'
+        ? forkWorker(pythonExecutable(), argv, env, log)
+        : spawnWorker(pythonExecutable(), argv, env);
 
     let helloResolve!: (h: Hello) => void;
     let helloReject!: (err: TensorgateError) => void;
@@ -100,20 +103,31 @@ export class WorkerProcess {
       this.startTimeout,
     );
 
-    this.channel.on('data', (chunk: Buffer) => {
-      for (const message of this.decoder.push(chunk)) {
-        const m = message as { op?: string };
-        if (m.op === 'hello') {
-          clearTimeout(startTimer);
-          helloResolve(HelloSchema.parse(message));
-        } else this.onReply(message);
-      }
+    this.launched.streams.then(({ channel, stdout, stderr }) => {
+      this.channel = channel;
+      const fields = { ...options.logFields, worker: options.label, pid: this.launched.pid };
+      forwardLines(stdout, (line) => log(line, { ...fields, stream: 'stdout' }));
+      forwardLines(stderr, (line) => {
+        const record = WORKER_RECORD.exec(line);
+        if (record) log(record[3] as string, { ...fields, level: WORKER_LEVELS[record[2] as string] ?? 'info' });
+        // Not a log record: a warning printed by a library, a traceback line.
+        else log(line, { ...fields, level: 'warn', stream: 'stderr' });
+      });
+      channel.on('data', (chunk: Buffer) => {
+        for (const message of this.decoder.push(chunk)) {
+          const m = message as { op?: string };
+          if (m.op === 'hello') {
+            clearTimeout(startTimer);
+            helloResolve(HelloSchema.parse(message));
+          } else this.onReply(message);
+        }
+      });
+      channel.on('error', () => {}); // The exit handler reports the failure with the exit status.
+      for (const stream of [channel, stdout, stderr]) stream.resume();
     });
-    this.channel.on('error', () => {}); // The exit handler reports the failure with the exit status.
-    this.child.on('error', (err) => this.onExit(`could not start ${pythonExecutable()}: ${err.message}`));
-    this.child.on('exit', (code, signal) => {
+    this.launched.onExit((reason, signal) => {
       clearTimeout(startTimer);
-      this.onExit(`exited with ${signal ? `signal ${signal}` : `code ${code}`}`, signal ?? undefined);
+      this.onExit(reason, signal);
       helloReject(this.exitError as TensorgateError);
     });
   }
@@ -123,7 +137,7 @@ export class WorkerProcess {
   }
 
   get pid(): number | undefined {
-    return this.child.pid;
+    return this.launched.pid;
   }
 
   get alive(): boolean {
@@ -137,24 +151,27 @@ export class WorkerProcess {
   /** Sends a request and resolves with the worker's `result`, or rejects with its structured error. */
   request(op: string, body: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
     if (this.exitError) return Promise.reject(this.exitError);
+    const channel = this.channel;
+    if (!channel) return Promise.reject(tgError('LOAD_FAILED', `worker ${this.options.label} has not started yet`));
     const id = this.nextId++;
     return new Promise((resolvePromise, reject) => {
       this.pending.set(id, { resolve: resolvePromise, reject });
-      this.channel.write(encodeFrame({ id, op, ...body }));
+      channel.write(encodeFrame({ id, op, ...body }));
     });
   }
 
   async shutdown(timeoutMs = 5000): Promise<void> {
     if (this.exitError) return;
-    const exited = new Promise<void>((res) => this.child.once('exit', () => res()));
-    this.request('shutdown').catch(() => {});
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), timeoutMs);
+    const exited = new Promise<void>((res) => this.onExitOnce(() => res()));
+    if (this.channel) this.request('shutdown').catch(() => {});
+    else this.kill(); // not started yet: nothing to finish
+    const timer = setTimeout(() => this.kill(), timeoutMs);
     await exited;
     clearTimeout(timer);
   }
 
   kill(): void {
-    this.child.kill('SIGKILL');
+    this.launched.kill();
   }
 
   private onReply(message: unknown): void {
@@ -200,17 +217,3 @@ const WORKER_LEVELS: Record<string, LogFields['level']> = {
   ERROR: 'error',
   CRITICAL: 'error',
 };
-
-function forwardLines(stream: NodeJS.ReadableStream | null, sink: (line: string) => void): void {
-  if (!stream) return;
-  let rest = '';
-  stream.setEncoding('utf8');
-  stream.on('data', (chunk: string) => {
-    const lines = (rest + chunk).split('\n');
-    rest = lines.pop() ?? '';
-    for (const line of lines) if (line.trim()) sink(line);
-  });
-  stream.on('end', () => {
-    if (rest.trim()) sink(rest);
-  });
-}
