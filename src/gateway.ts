@@ -8,6 +8,7 @@ import type { Engine, ImageGeometry, NamedTensor, VariantReport } from './engine
 import { OnnxEngine } from './engines/onnx/onnx-engine.js';
 import { RemoteEngine } from './engines/remote/remote-engine.js';
 import { sweepStaleArenas } from './engines/torch/arena.js';
+import { sweepStaleForkDirs } from './engines/torch/fork-server.js';
 import { shmMapUnavailableReason } from './engines/torch/shm-map.js';
 import { TorchEngine } from './engines/torch/torch-engine.js';
 import { asTensorgateError, type TensorgateError, tgError } from './errors.js';
@@ -224,6 +225,8 @@ export class Gateway {
   ) {
     const removed = sweepStaleArenas();
     if (removed.length > 0) log(`removed ${removed.length} stale shared-memory arenas`, { removed: removed.length });
+    const sockets = sweepStaleForkDirs();
+    if (sockets.length > 0) log(`removed ${sockets.length} stale worker socket folders`, { removed: sockets.length });
     const unmapped = shmMapUnavailableReason();
     if (unmapped) log(`input arenas use fs writes, one copy more per input: ${unmapped}`, { level: 'warn' });
     this.registry = registry;

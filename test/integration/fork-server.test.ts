@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { arenaPath, InputArena } from '../../src/engines/torch/arena.js';
 import { WorkerProcess } from '../../src/engines/torch/worker-process.js';
 import type { TensorgateError } from '../../src/errors.js';
@@ -10,7 +13,7 @@ import type { Gateway } from '../../src/gateway.js';
 import type { LogFields } from '../../src/observability/logger.js';
 import { openGateway } from '../helpers/gateway.js';
 import { ensureTestModels } from '../helpers/models.js';
-import { forkServerPids, workerPids } from '../helpers/processes.js';
+import { forkServerPids, processState, workerPids } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
 
 /**
@@ -22,6 +25,9 @@ const parentOf = (pid: number) => {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 };
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const run = promisify(execFile);
 
 let tag = 0;
 const arenas: InputArena[] = [];
@@ -150,6 +156,33 @@ describe('workers forked from a fork server', { timeout: 180_000 }, () => {
     assert.ok(last >= 0 && last < endedAt, `the last words (record ${last}) before the end (${endedAt})`);
   });
 
+  it('leave nothing behind when their gateway exits: no process, no socket folder', async () => {
+    // A gateway of its own: a process that starts a worker, then exits without closing anything.
+    const script = [
+      "import { InputArena, arenaPath } from './src/engines/torch/arena.ts';",
+      "import { WorkerProcess } from './src/engines/torch/worker-process.ts';",
+      "const arena = new InputArena(arenaPath('exit-in'), 1 << 20);",
+      "const worker = new WorkerProcess({ arenaIn: arena.path, arenaOut: arenaPath('exit-out'), outBytes: 1 << 20, label: 'exit' });",
+      'console.log(JSON.stringify({ gateway: process.pid, worker: (await worker.hello).pid }));',
+      'arena.close();',
+      'process.exit(0);',
+    ].join('\n');
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      env: { ...process.env, TENSORGATE_WORKER_START: 'fork' },
+    });
+    const pids = JSON.parse(stdout) as { gateway: number; worker: number };
+    assert.ok(!readdirSync(tmpdir()).some((name) => name.startsWith(`tensorgate-${pids.gateway}-fork-`)));
+    const ended = () => {
+      try {
+        return processState(pids.worker) === 'Z' ? true : undefined; // dead, waiting for init to reap it
+      } catch {
+        return true; // gone
+      }
+    };
+    await waitFor('its worker to end', ended);
+  });
+
   it('are spawned instead with TENSORGATE_WORKER_START=spawn, and a wrong value is refused', async () => {
     process.env.TENSORGATE_WORKER_START = 'spawn';
     try {
@@ -167,14 +200,21 @@ describe('workers forked from a fork server', { timeout: 180_000 }, () => {
 
 describe('a gateway whose fork server dies', { timeout: 180_000 }, () => {
   let gateway: Gateway;
+  const stale = join(tmpdir(), 'tensorgate-999999999-fork-left');
 
   before(async () => {
     process.env.TENSORGATE_WORKER_START = 'fork';
+    mkdirSync(stale, { recursive: true });
+    writeFileSync(join(stale, 'workers.sock'), '');
     gateway = await openGateway(mkdtempSync(join(tmpdir(), 'tg-fork-')), {});
   });
   after(async () => {
     await gateway.close();
     delete process.env.TENSORGATE_WORKER_START;
+  });
+
+  it('removes the socket folders of dead gateways at start', () => {
+    assert.equal(existsSync(stale), false);
   });
 
   /** The first answer `model` gives once it serves again (WORKER_CRASHED while it restarts). */

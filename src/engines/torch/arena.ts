@@ -188,7 +188,8 @@ export function sweepStaleArenas(dir = SHM_DIR): string[] {
   return removed;
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process of that pid exists (one of another user's counts). */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

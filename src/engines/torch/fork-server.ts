@@ -1,12 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { z } from 'zod';
 import { type Logger, noLogger } from '../../observability/logger.js';
+import { isAlive } from './arena.js';
 import { encodeFrame, FrameDecoder } from './frame.js';
 import { forwardLines, type LaunchedWorker, type WorkerStreams } from './launch.js';
 
@@ -36,6 +37,33 @@ const ForkServerMessageSchema = z.union([
 
 const servers = new Map<string, ForkServer>();
 
+/** The folders of the sockets forked workers connect to: `tensorgate-<gateway pid>-fork-XXXXXX`. */
+const FORK_DIR = /^tensorgate-(\d+)-fork-/;
+
+/**
+ * Removes the socket folders of fork servers whose gateway died without removing them (one that
+ * exits removes its own: `removeOwnForkDirs`). Returns the folders' names.
+ */
+export function sweepStaleForkDirs(dir = tmpdir()): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return names.filter((name) => {
+    const pid = Number(FORK_DIR.exec(name)?.[1] ?? Number.NaN);
+    if (Number.isNaN(pid) || pid === process.pid || isAlive(pid)) return false;
+    rmSync(join(dir, name), { recursive: true, force: true });
+    return true;
+  });
+}
+
+/** At exit, the socket folders of this process's fork servers (they end with it). */
+function removeOwnForkDirs(): void {
+  for (const server of servers.values()) server.removeDir();
+}
+
 /**
  * Forks a worker from the fork server of this interpreter and environment, started on first use.
  * The environment a fork server was started with is what torch read at import (OMP_NUM_THREADS,
@@ -45,6 +73,7 @@ export function forkWorker(python: string, argv: string[], env: NodeJS.ProcessEn
   const key = `${python}\0${JSON.stringify(env)}`;
   let server = servers.get(key);
   if (!server?.running) {
+    if (servers.size === 0) process.once('exit', removeOwnForkDirs);
     server = new ForkServer(python, env, () => servers.delete(key));
     servers.set(key, server);
   }
@@ -128,6 +157,10 @@ class ForkServer {
     return worker;
   }
 
+  removeDir(): void {
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
   private send(message: Record<string, unknown>): number {
     const id = this.nextId++;
     if (this.running) this.control.write(encodeFrame({ id, ...message }));
@@ -182,7 +215,7 @@ class ForkServer {
     this.endReason = reason;
     this.onEnd();
     this.listener.close();
-    rmSync(this.dir, { recursive: true, force: true });
+    this.removeDir();
     this.control.destroy();
     // Its workers died with it (each asked the kernel for SIGKILL when it dies).
     const orphans = new Set([...this.replies.values(), ...this.arriving.values(), ...this.live.values()]);
