@@ -157,9 +157,18 @@ def unsafe_to_fork() -> str | None:
     threads = threading.active_count()
     if threads > 1:
         return f"the fork server runs {threads} Python threads, and a fork copies only one"
-    if worker.torch.cuda.is_initialized():
+    if worker.torch.cuda.is_initialized() or _cuda_driver_loaded():
         return "CUDA is initialised in the fork server, and a forked child cannot use it"
     return None
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether the CUDA driver (``libcuda.so``, loaded at its first use) is in this process."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "libcuda.so" in f.read()
+    except OSError:
+        return False
 
 
 def _exit_message(pid: int, status: int) -> dict:
@@ -236,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"fd {CONTROL_FD} is not the control socket ({exc})", file=sys.stderr)
         return 2
+    # torch.cuda.is_available(), should anything imported here ask, by NVML: the CUDA driver, once
+    # initialised, cannot be used in a forked child, and NVML leaves it untouched. Read at each
+    # call; a worker runs with the environment it is given, without this.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     preload()
     try:
         return serve(sock, args.connect)
