@@ -234,7 +234,7 @@ class ForkedWorker implements LaunchedWorker {
   private resolveStreams!: (streams: WorkerStreams) => void;
   private readonly parts: Partial<Record<'channel' | 'stdout' | 'stderr', Socket>> = {};
   private readonly exitListeners: ((reason: string, signal?: NodeJS.Signals) => void)[] = [];
-  private exit: { reason: string; signal?: NodeJS.Signals } | undefined;
+  private hasEnded = false;
   private killWanted = false;
   /** Whether the owner has the streams (and so reads them to their end). */
   private handedOver = false;
@@ -256,7 +256,7 @@ class ForkedWorker implements LaunchedWorker {
   }
 
   arrived(stream: string, sock: Socket): boolean {
-    if (this.exit || (stream !== 'channel' && stream !== 'stdout' && stream !== 'stderr') || this.parts[stream]) {
+    if (this.hasEnded || (stream !== 'channel' && stream !== 'stdout' && stream !== 'stderr') || this.parts[stream]) {
       return false;
     }
     this.parts[stream] = sock;
@@ -272,7 +272,7 @@ class ForkedWorker implements LaunchedWorker {
   }
 
   kill(): void {
-    if (this.exit) return;
+    if (this.hasEnded) return;
     if (this.pid === undefined) this.killWanted = true;
     else this.requestKill(this.pid);
   }
@@ -287,8 +287,8 @@ class ForkedWorker implements LaunchedWorker {
    * answer or its last words on stderr.
    */
   ended(reason: string, signal?: NodeJS.Signals): void {
-    if (this.exit) return;
-    this.exit = { reason, ...(signal ? { signal } : {}) };
+    if (this.hasEnded) return;
+    this.hasEnded = true;
     const streams = Object.values(this.parts);
     // Streams no one reads would never end: nothing to wait for.
     const draining = this.handedOver ? streams.filter((sock) => !sock.destroyed) : [];
