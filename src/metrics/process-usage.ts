@@ -23,3 +23,19 @@ export function processUsage(pid: number): ProcessUsage | undefined {
     return undefined;
   }
 }
+
+/**
+ * Proportional set size of one process (/proc/PID/smaps_rollup): its private pages plus its
+ * share of each page it shares, so that the sum over processes is the memory they hold together.
+ * Resident memory counts a shared page whole in every process, which overstates forked workers,
+ * whose torch pages are their fork server's. Undefined when the process is gone.
+ */
+export function proportionalBytes(pid: number): number | undefined {
+  try {
+    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'latin1');
+    const kb = /^Pss:\s+(\d+) kB/m.exec(rollup)?.[1];
+    return kb === undefined ? undefined : Number(kb) * 1024;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,10 +1,11 @@
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { forkServerPids } from '../engines/torch/fork-server.js';
 import type { TensorgateError } from '../errors.js';
 import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
 import type { ModelPool } from '../scheduler/model-pool.js';
 import { type CounterSeries, FastCounter, FastHistogram, type HistogramSeries } from './fast-metrics.js';
 import type { GpuSample, GpuSnapshot } from './gpu.js';
-import { processUsage } from './process-usage.js';
+import { processUsage, proportionalBytes } from './process-usage.js';
 
 /**
  * Prometheus metrics for `/metrics` (prom-client, on a registry of its own). Request counters and
@@ -316,6 +317,32 @@ export class PrometheusMetrics {
       collect() {
         this.reset();
         for (const w of workers()) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, w.rssBytes);
+      },
+    });
+    new Gauge({
+      name: 'tensorgate_worker_proportional_memory_bytes',
+      help: 'Proportional set size of each worker process: its own pages and its share of those it shares with its fork server and siblings (their sum is what the workers hold)',
+      labelNames: ['model', 'version', 'pid'],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) {
+          const pss = proportionalBytes(w.pid);
+          if (pss !== undefined) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, pss);
+        }
+      },
+    });
+    new Gauge({
+      name: 'tensorgate_fork_server_proportional_memory_bytes',
+      help: 'Proportional set size of each fork server the workers are forked from (torch, imported once)',
+      labelNames: ['pid'],
+      registers,
+      collect() {
+        this.reset();
+        for (const pid of forkServerPids()) {
+          const pss = proportionalBytes(pid);
+          if (pss !== undefined) this.set({ pid: String(pid) }, pss);
+        }
       },
     });
     new Gauge({

@@ -126,6 +126,14 @@ describe('Prometheus /metrics', () => {
       (s) => s.labels.model === 'tabular-classifier',
     );
     assert.ok(rss && rss.value > 10 * 2 ** 20, 'a worker holds at least 10 MiB');
+    // Forked from a fork server (the default), a worker shares torch's pages with it: its
+    // proportional share is below its resident memory, and the fork server holds the rest.
+    const pss = families.tensorgate_worker_proportional_memory_bytes?.samples.find(
+      (s) => s.labels.model === 'tabular-classifier' && s.labels.pid === rss.labels.pid,
+    );
+    assert.ok(pss && pss.value > 0 && pss.value < rss.value, `PSS ${pss?.value} against RSS ${rss.value}`);
+    const [server, ...others] = families.tensorgate_fork_server_proportional_memory_bytes?.samples ?? [];
+    assert.ok(server && server.value > 50 * 2 ** 20 && others.length === 0, 'one fork server, holding torch');
     assert.ok((families.tensorgate_worker_cpu_seconds?.samples.length ?? 0) > 0);
     // The demo tabular MLP, 4-16-3 in float32, and any normalisation buffers it keeps.
     const loaded = value(families, 'tensorgate_model_loaded_bytes', { model: 'tabular-classifier', version: '1' });

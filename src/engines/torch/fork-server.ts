@@ -59,6 +59,11 @@ export function sweepStaleForkDirs(dir = tmpdir()): string[] {
   });
 }
 
+/** The pids of this process's running fork servers. */
+export function forkServerPids(): number[] {
+  return [...servers.values()].flatMap((server) => (server.running && server.pid !== undefined ? [server.pid] : []));
+}
+
 /** At exit, the socket folders of this process's fork servers (they end with it). */
 function removeOwnForkDirs(): void {
   for (const server of servers.values()) server.removeDir();
@@ -136,6 +141,10 @@ class ForkServer {
     this.child.unref();
     for (const handle of [this.control, this.child.stdout, this.child.stderr] as Socket[]) handle.unref();
     this.listener.unref();
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
   }
 
   get running(): boolean {
