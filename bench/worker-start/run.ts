@@ -10,14 +10,16 @@
  * processes, then kills each worker in turn and times until the model answers again. Writes
  * bench/results/worker-start-<time>.json (or --out FILE); bench/report.ts renders it.
  */
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { defaultConfig } from '../../src/config.js';
+import { forkServerPids } from '../../src/engines/torch/fork-server.js';
 import { Gateway } from '../../src/gateway.js';
+import { memoryRollup, processUsage } from '../../src/metrics/process-usage.js';
 import { ensureTestModels } from '../../test/helpers/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { median, round } from '../mcp-overhead/stats.js';
@@ -33,44 +35,25 @@ const { values: opts } = parseArgs({
 const instances = Number(opts.instances);
 const MODEL = 'tabular-classifier';
 const INPUTS = { features: [[5.1, 3.5, 1.4, 0.2]] };
-const TICKS = 100; // clock ticks per second, as /proc/PID/stat counts CPU time on Linux
-
 interface Usage {
   cpu_s: number;
   pss_mb: number;
   private_mb: number;
 }
 
+/** CPU time and memory of these processes, summed. */
 function usage(pids: number[]): Usage {
-  let ticks = 0;
-  let pssKb = 0;
-  let privateKb = 0;
+  let cpu = 0;
+  let pss = 0;
+  let own = 0;
   for (const pid of pids) {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    ticks += Number(fields[11]) + Number(fields[12]); // utime, stime
-    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
-    const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(rollup)?.[1] ?? 0);
-    pssKb += kb('Pss');
-    privateKb += kb('Private_Clean') + kb('Private_Dirty');
+    cpu += processUsage(pid)?.cpuSeconds ?? 0;
+    const memory = memoryRollup(pid);
+    pss += memory?.pssBytes ?? 0;
+    own += memory?.privateBytes ?? 0;
   }
-  return { cpu_s: round(ticks / TICKS, 2), pss_mb: round(pssKb / 1024, 1), private_mb: round(privateKb / 1024, 1) };
-}
-
-/** This process's fork servers (`python -m tensorgate.forkserver`). */
-function forkServers(): number[] {
-  return readdirSync('/proc')
-    .filter((e) => /^\d+$/.test(e))
-    .filter((e) => {
-      try {
-        const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
-        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-        return ppid === process.pid && readFileSync(`/proc/${e}/cmdline`, 'utf8').includes('tensorgate.forkserver');
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
+  const mb = (bytes: number) => round(bytes / 2 ** 20, 1);
+  return { cpu_s: round(cpu, 2), pss_mb: mb(pss), private_mb: mb(own) };
 }
 
 async function measure(mode: WorkerStartMode, modelDir: string): Promise<WorkerStartRow> {
@@ -87,7 +70,7 @@ async function measure(mode: WorkerStartMode, modelDir: string): Promise<WorkerS
     const readyMs = performance.now() - t0;
     const pids = gateway.poolStats(MODEL, '1')?.pids ?? [];
     if (pids.length !== instances) throw new Error(`${pids.length} workers, not ${instances}`);
-    const servers = mode === 'fork' ? forkServers() : [];
+    const servers = mode === 'fork' ? forkServerPids() : [];
     const all = usage([...pids, ...servers]);
     const restarts: number[] = [];
     for (const pid of pids) {

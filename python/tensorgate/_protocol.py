@@ -160,6 +160,11 @@ class Channel:
         self.spins = 0
         self.spin_hits = 0
 
+    @property
+    def ended(self) -> bool:
+        """Whether a look that never waits (``poll_message``) has seen the peer close its end."""
+        return self._ended
+
     def set_spin(self, spin_s: float) -> None:
         self.spin_s = max(0.0, spin_s)
 

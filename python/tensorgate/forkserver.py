@@ -46,7 +46,7 @@ import threading
 import traceback
 
 from tensorgate import worker  # imports torch; asks for SIGKILL when the gateway dies
-from tensorgate._protocol import MAX_FRAME_BYTES, ProtocolError, decode, encode
+from tensorgate._protocol import Channel, ProtocolError
 
 CONTROL_FD = 3
 #: Imported before the first fork: what loading a ``.pt2`` program brings in (Dynamo, Inductor,
@@ -71,24 +71,6 @@ def preload() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-
-
-def _frames(sock: socket.socket, buffer: bytearray) -> list[dict] | None:
-    """The whole frames one read brings, or None at EOF."""
-    chunk = sock.recv(65536)
-    if not chunk:
-        return None
-    buffer += chunk
-    frames = []
-    while len(buffer) >= 4:
-        length = int.from_bytes(buffer[:4], "little")
-        if length > MAX_FRAME_BYTES:
-            raise ProtocolError(f"frame length {length} exceeds {MAX_FRAME_BYTES}")
-        if len(buffer) < 4 + length:
-            break
-        frames.append(decode(bytes(buffer[4 : 4 + length])))
-        del buffer[: 4 + length]
-    return frames
 
 
 def _become_worker(request: dict, connect: str, server_pid: int) -> int:
@@ -188,7 +170,7 @@ def serve(sock: socket.socket, connect: str) -> int:
     # worker's collections do not write to (and so copy) the pages it shares with its siblings.
     gc.freeze()
     live: set[int] = set()
-    buffer = bytearray()
+    channel = Channel(sock)
     while True:
         readable, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in readable:
@@ -202,13 +184,10 @@ def serve(sock: socket.socket, connect: str) -> int:
                 if pid == 0:
                     break
                 live.discard(pid)
-                sock.sendall(encode(_exit_message(pid, status)))
+                channel.write_message(_exit_message(pid, status))
         if sock not in readable:
             continue
-        frames = _frames(sock, buffer)
-        if frames is None:
-            return 0
-        for request in frames:
+        while (request := channel.poll_message()) is not None:
             op = request.get("op")
             unsafe = unsafe_to_fork() if op == "fork" else None
             if unsafe:
@@ -227,7 +206,9 @@ def serve(sock: socket.socket, connect: str) -> int:
             else:
                 error = {"code": "BAD_REQUEST", "message": f"unknown op {op!r}"}
                 reply = {"id": request.get("id"), "ok": False, "error": error}
-            sock.sendall(encode(reply))
+            channel.write_message(reply)
+        if channel.ended:
+            return 0
 
 
 def main(argv: list[str] | None = None) -> int:

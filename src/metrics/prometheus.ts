@@ -5,7 +5,7 @@ import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
 import type { ModelPool } from '../scheduler/model-pool.js';
 import { type CounterSeries, FastCounter, FastHistogram, type HistogramSeries } from './fast-metrics.js';
 import type { GpuSample, GpuSnapshot } from './gpu.js';
-import { processUsage, proportionalBytes } from './process-usage.js';
+import { memoryRollup, processUsage } from './process-usage.js';
 
 /**
  * Prometheus metrics for `/metrics` (prom-client, on a registry of its own). Request counters and
@@ -287,16 +287,18 @@ export class PrometheusMetrics {
         });
       },
     });
-    const workers = () => {
-      const out: { model: string; version: string; pid: number; rssBytes: number; cpuSeconds: number }[] = [];
+    const workerPids = () => {
+      const out: { model: string; version: string; pid: number }[] = [];
       each((model, version, _state, stats) => {
-        for (const pid of stats?.pids ?? []) {
-          const usage = processUsage(pid);
-          if (usage) out.push({ model, version, pid, ...usage });
-        }
+        for (const pid of stats?.pids ?? []) out.push({ model, version, pid });
       });
       return out;
     };
+    const workers = () =>
+      workerPids().flatMap((w) => {
+        const usage = processUsage(w.pid);
+        return usage ? [{ ...w, ...usage }] : [];
+      });
     new Gauge({
       name: 'tensorgate_model_loaded_bytes',
       help: 'Parameters and buffers a loaded model version holds, all its instances together',
@@ -326,9 +328,9 @@ export class PrometheusMetrics {
       registers,
       collect() {
         this.reset();
-        for (const w of workers()) {
-          const pss = proportionalBytes(w.pid);
-          if (pss !== undefined) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, pss);
+        for (const w of workerPids()) {
+          const memory = memoryRollup(w.pid);
+          if (memory) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, memory.pssBytes);
         }
       },
     });
@@ -340,8 +342,8 @@ export class PrometheusMetrics {
       collect() {
         this.reset();
         for (const pid of forkServerPids()) {
-          const pss = proportionalBytes(pid);
-          if (pss !== undefined) this.set({ pid: String(pid) }, pss);
+          const memory = memoryRollup(pid);
+          if (memory) this.set({ pid: String(pid) }, memory.pssBytes);
         }
       },
     });
