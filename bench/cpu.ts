@@ -1,20 +1,35 @@
 import { readdirSync, readFileSync } from 'node:fs';
 
-/** CPU time of processes from /proc: a serving gateway's own, and its children's (the workers). */
+/** CPU time of processes from /proc: a serving gateway's own, and its descendants' (the workers). */
 
 /** Clock ticks per second of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux). */
 const TICKS_PER_S = 100;
 
-/** CPU ms a process has used, and its children (the workers) separately. */
+/**
+ * CPU ms a process has used, and its descendants' (the workers) separately: a forked worker is a
+ * child of the gateway's fork server, not of the gateway.
+ */
 export function cpuMs(pid: number): { self: number; children: number } {
-  const children = readdirSync('/proc')
+  const all = readdirSync('/proc')
     .filter((d) => /^\d+$/.test(d))
-    .map((d) => procStat(Number(d)))
-    .filter((s) => s !== undefined && s.ppid === pid);
-  const self = procStat(pid);
+    .flatMap((d) => {
+      const stat = procStat(Number(d));
+      return stat ? [{ pid: Number(d), ...stat }] : [];
+    });
+  const below = new Set([pid]);
+  // Parents come before their children in pid order except after pid wrap-around: repeat until stable.
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const p of all)
+      if (!below.has(p.pid) && below.has(p.ppid)) {
+        below.add(p.pid);
+        grew = true;
+      }
+  }
+  const self = all.find((p) => p.pid === pid);
   return {
     self: self ? self.cpuMs : 0,
-    children: children.reduce((sum, s) => sum + (s?.cpuMs ?? 0), 0),
+    children: all.reduce((sum, p) => sum + (p.pid !== pid && below.has(p.pid) ? p.cpuMs : 0), 0),
   };
 }
 
