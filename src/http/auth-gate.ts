@@ -7,6 +7,7 @@ import {
 } from '@modelcontextprotocol/server';
 import type { Gateway } from '../gateway.js';
 import type { Authenticator } from '../security/auth.js';
+import { type HttpAnswer, writeAnswer } from './answer.js';
 import type { DashboardSessions } from './dashboard-sessions.js';
 
 declare module 'node:http' {
@@ -46,9 +47,17 @@ function isDashboardShell(req: IncomingMessage): boolean {
   return req.method === 'GET' && (path === '/dashboard' || path.startsWith('/dashboard/assets/'));
 }
 
+/** A verified caller, or the answer that refuses the credential. */
+export type Admission = { auth: AuthInfo } | { refusal: HttpAnswer };
+
 export interface AuthGate {
   /** True when the request may go on (req.auth is set); otherwise it has been answered. */
   admit(req: IncomingMessage, res: ServerResponse): Promise<boolean>;
+  /**
+   * Checks the bearer credential of a request to `path` from `remote` that another thread
+   * received (the OIP data plane's); a refusal is audited like the gate's own.
+   */
+  verify(authorization: string | undefined, path: string, remote: string): Promise<Admission>;
 }
 
 /** A refused credential, for the audit log: where it was sent and why; never the credential. */
@@ -73,7 +82,25 @@ export function createAuthGate(
     resource_name: 'tensorgate',
   });
 
+  const verify = async (header: string | undefined, path: string, remote: string): Promise<Admission> => {
+    try {
+      return { auth: await verifyBearerToken(header, { verifier: auth, resourceMetadataUrl: metadataUrl }) };
+    } catch (err) {
+      const challenge = bearerAuthChallengeResponse(err, { resourceMetadataUrl: metadataUrl });
+      const body = (await challenge.json().catch(() => ({}))) as Record<string, unknown>;
+      onFailure({ path, reason: String(body.error_description ?? body.error ?? 'refused'), remote });
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      challenge.headers.forEach((value, name) => {
+        if (name !== 'content-type' && name !== 'content-length') headers[name] = value;
+      });
+      // The OAuth error fields (RFC 6750) for OAuth clients, plus tensorgate's stable code.
+      const json = Buffer.from(JSON.stringify({ ...body, code: 'UNAUTHENTICATED' }));
+      return { refusal: { status: challenge.status, headers, parts: [json] } };
+    }
+  };
+
   return {
+    verify,
     async admit(req, res) {
       if (isPublicPath(req) || isDashboardShell(req)) return true;
       const path = pathOf(req);
@@ -81,34 +108,19 @@ export function createAuthGate(
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' }).end(metadata);
         return false;
       }
-      try {
-        let header = req.headers.authorization;
-        // A dashboard session stands in for the header on the dashboard's read-only API only.
-        if (header === undefined && sessions && req.method === 'GET' && path.startsWith('/dashboard/api/')) {
-          const token = sessions.tokenOf(req);
-          if (token !== undefined) header = `Bearer ${token}`;
-        }
-        req.auth = await verifyBearerToken(header, {
-          verifier: auth,
-          resourceMetadataUrl: metadataUrl,
-        });
-        return true;
-      } catch (err) {
-        const challenge = bearerAuthChallengeResponse(err, { resourceMetadataUrl: metadataUrl });
-        const body = (await challenge.json().catch(() => ({}))) as Record<string, unknown>;
-        onFailure({
-          path,
-          reason: String(body.error_description ?? body.error ?? 'refused'),
-          remote: req.socket.remoteAddress ?? 'unknown',
-        });
-        const headers: Record<string, string> = { 'content-type': 'application/json' };
-        challenge.headers.forEach((value, name) => {
-          if (name !== 'content-type' && name !== 'content-length') headers[name] = value;
-        });
-        // The OAuth error fields (RFC 6750) for OAuth clients, plus tensorgate's stable code.
-        res.writeHead(challenge.status, headers).end(JSON.stringify({ ...body, code: 'UNAUTHENTICATED' }));
+      let header = req.headers.authorization;
+      // A dashboard session stands in for the header on the dashboard's read-only API only.
+      if (header === undefined && sessions && req.method === 'GET' && path.startsWith('/dashboard/api/')) {
+        const token = sessions.tokenOf(req);
+        if (token !== undefined) header = `Bearer ${token}`;
+      }
+      const admission = await verify(header, path, req.socket.remoteAddress ?? 'unknown');
+      if ('refusal' in admission) {
+        writeAnswer(res, admission.refusal);
         return false;
       }
+      req.auth = admission.auth;
+      return true;
     },
   };
 }

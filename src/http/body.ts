@@ -1,9 +1,26 @@
+import { writevSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { tgError } from '../errors.js';
+import type { DType } from '../tensor/dtype.js';
+import { type TensorSource, tensorSource } from '../tensor/source.js';
+import { checkByteLength, makeTensor } from '../tensor/tensor.js';
 
 /** The largest range `ChunkedBody.text` joins in the shared scratch buffer. */
 const SCRATCH_BYTES = 4 * 1024 * 1024;
 let scratch = Buffer.alloc(0);
+
+/**
+ * A request body as the OIP codec reads it: its JSON header as text, a BYTES input's serialised
+ * items as bytes, a tensor's bytes as a source for the engine to fill from (ChunkedBody, off the
+ * socket; or StagedBody, from a data-plane thread's staging file).
+ */
+export interface InferBody {
+  readonly length: number;
+  text(start: number, end: number): string;
+  slice(start: number, end: number): Buffer;
+  /** Bytes [start, end) as a tensor's source; throws when they are not dtype × shape's length. */
+  tensor(start: number, end: number, dtype: DType, shape: number[]): TensorSource;
+}
 
 /**
  * A request body as it came off the socket: the chunks, not one buffer. Joining a large body
@@ -12,7 +29,7 @@ let scratch = Buffer.alloc(0);
  * closer (docs/architecture.md, "Large bodies"). A tensor's bytes can instead go from the chunks
  * straight into the shared-memory slot the worker reads.
  */
-export class ChunkedBody {
+export class ChunkedBody implements InferBody {
   /** Where each chunk starts in the body, for finding the chunk an offset falls in. */
   private readonly starts: number[];
 
@@ -73,6 +90,37 @@ export class ChunkedBody {
     }
   }
 
+  /**
+   * Bytes [start, end) as a tensor's source: a view when one socket read holds them all, else
+   * copied from the chunks by `fill`, straight into wherever the engine wants them.
+   */
+  tensor(start: number, end: number, dtype: DType, shape: number[]): TensorSource {
+    const view = this.view(start, end);
+    if (view) return tensorSource(makeTensor(dtype, shape, view));
+    checkByteLength(dtype, shape, end - start);
+    return { dtype, shape, byteLength: end - start, fill: (target) => this.copyTo(target, start, end) };
+  }
+
+  /** Writes bytes [start, end) to `fd` at `position`, in one writev of the chunks that hold them. */
+  writeTo(fd: number, start: number, end: number, position: number): void {
+    const parts: Buffer[] = [];
+    for (let at = start; at < end; ) {
+      const i = this.chunkAt(at);
+      const chunk = this.chunks[i] as Buffer;
+      const from = at - (this.starts[i] as number);
+      const n = Math.min(chunk.length - from, end - at);
+      parts.push(chunk.subarray(from, from + n));
+      at += n;
+    }
+    let written = 0;
+    while (written < end - start) {
+      // A short write (tmpfs out of space) surfaces as an error, not as a torn tensor.
+      const n = writevSync(fd, written === 0 ? parts : remainder(parts, written), position + written);
+      if (n === 0) throw tgError('INTERNAL', `staging ${end - start} bytes wrote none at ${position + written}`);
+      written += n;
+    }
+  }
+
   private joined(start: number, end: number): Buffer {
     const out = Buffer.allocUnsafe(end - start);
     this.copyTo(out, start, end);
@@ -87,6 +135,20 @@ export class ChunkedBody {
     while ((this.starts[i] as number) > offset) i--;
     return i;
   }
+}
+
+/** `parts` without their first `skip` bytes. */
+function remainder(parts: Buffer[], skip: number): Buffer[] {
+  const out: Buffer[] = [];
+  for (const part of parts) {
+    if (skip >= part.length) {
+      skip -= part.length;
+      continue;
+    }
+    out.push(skip > 0 ? part.subarray(skip) : part);
+    skip = 0;
+  }
+  return out;
 }
 
 /**

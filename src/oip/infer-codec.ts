@@ -1,13 +1,12 @@
 import type { NamedTensor } from '../engines/engine.js';
 import { tgError } from '../errors.js';
 import type { TensorInferenceResult } from '../gateway.js';
-import type { ChunkedBody } from '../http/body.js';
+import type { InferBody } from '../http/body.js';
 import type { InputForm } from '../requests/decode-inputs.js';
 import { bytesSource, serialisedBytesSource } from '../tensor/bytes-tensor.js';
-import type { DType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
 import { type OutputSink, type TensorSource, tensorSource } from '../tensor/source.js';
-import { byteLength, checkByteLength, checkShape, makeTensor, numel, toNumbers } from '../tensor/tensor.js';
+import { byteLength, checkShape, numel, toNumbers } from '../tensor/tensor.js';
 import { dtypeOf, oipDatatype } from './datatypes.js';
 import type { Region, SharedMemoryRegistry } from './shared-memory.js';
 
@@ -65,7 +64,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
 function bytesInput(
   name: string,
   input: Record<string, unknown>,
-  body: ChunkedBody,
+  body: InferBody,
   cursor: number,
 ): { source: TensorSource; consumed: number } {
   try {
@@ -102,7 +101,7 @@ function bytesInput(
 }
 
 export function parseInferRequest(
-  body: ChunkedBody,
+  body: InferBody,
   headerLength: string | string[] | undefined,
   ctx: DecodeContext,
 ): OipInferRequest {
@@ -133,7 +132,7 @@ function regionOf(
 }
 
 function parse(
-  body: ChunkedBody,
+  body: InferBody,
   headerLength: string | string[] | undefined,
   ctx: DecodeContext,
   releases: (() => void)[],
@@ -200,7 +199,7 @@ function parse(
           { input: name },
         );
       try {
-        inputs.set(name, binarySource(body, cursor, cursor + size, dtype, shape));
+        inputs.set(name, body.tensor(cursor, cursor + size, dtype, shape));
       } catch (err) {
         throw tgError('BYTE_LENGTH_MISMATCH', `input "${name}": ${(err as Error).message}`, { input: name });
       }
@@ -255,17 +254,6 @@ function parse(
       for (const release of releases.splice(0)) release();
     },
   };
-}
-
-/**
- * A binary input's bytes, [start, end) of the body: a view when one socket read holds them all,
- * else copied from the chunks by `fill`, straight into wherever the engine wants them.
- */
-function binarySource(body: ChunkedBody, start: number, end: number, dtype: DType, shape: number[]): TensorSource {
-  const view = body.view(start, end);
-  if (view) return tensorSource(makeTensor(dtype, shape, view));
-  checkByteLength(dtype, shape, end - start);
-  return { dtype, shape, byteLength: end - start, fill: (target) => body.copyTo(target, start, end) };
 }
 
 /**

@@ -1,35 +1,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HTTPVersion, Instance } from 'find-my-way';
-import { asTensorgateError, tgError } from '../errors.js';
+import { tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
+import { errorAnswer, jsonAnswer, writeAnswer } from '../http/answer.js';
 import { readBody, readBodyChunks } from '../http/body.js';
 import { checkJobAccess, jobAllowed } from '../jobs/access.js';
 import { JobSpecSchema } from '../jobs/spec.js';
 import type { ObjectKind, Permission } from '../security/rbac.js';
-import type { OutputSink } from '../tensor/source.js';
-import { checkWorkflowAccess } from '../workflows/run-workflow.js';
-import {
-  type EncodedResponse,
-  encodeInferResponse,
-  HEADER_LENGTH,
-  type OipInferRequest,
-  parseInferRequest,
-} from './infer-codec.js';
-import {
-  checkOutputs,
-  checkVersion,
-  checkWorkflowOutputs,
-  inferWorkflow,
-  isWorkflow,
-  kindOf,
-  modelMetadata,
-  modelReady,
-  repositoryIndex,
-  serverMetadata,
-  serverReady,
-  workflowMetadata,
-  workflowReady,
-} from './service.js';
+import { answerInfer } from './infer-call.js';
+import { HEADER_LENGTH } from './infer-codec.js';
+import { checkVersion, metadataFor, readinessFor, repositoryIndex, serverMetadata, serverReady } from './service.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 
 /**
@@ -43,43 +23,26 @@ type Params = Record<string, string | undefined>;
 type Handler = (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void;
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
-  if (body === undefined) {
-    res.writeHead(status, { 'content-length': 0 }).end();
-    return;
-  }
-  const json = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
-}
-
-/** An infer answer: one write, or the header and large outputs as they are, in one writev. */
-function sendEncoded(res: ServerResponse, { headers, parts, length }: EncodedResponse): void {
-  res.writeHead(200, { ...headers, 'content-length': length });
-  if (parts.length === 1) {
-    res.end(parts[0]);
-    return;
-  }
-  res.cork(); // end() uncorks: the parts leave together
-  for (const part of parts) res.write(part);
-  res.end();
-}
-
-/** The shared-memory regions a request wants outputs in, for its worker to write them itself. */
-function outputSinks(request: OipInferRequest): OutputSink[] {
-  return (request.outputs ?? []).flatMap((o) => (o.shm?.sink ? [o.shm.sink] : []));
+  writeAnswer(res, jsonAnswer(status, body));
 }
 
 function sendError(res: ServerResponse, err: unknown): void {
-  const error = asTensorgateError(err);
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  send(res, error.status, { error: `${error.code}: ${error.message}` });
+  writeAnswer(res, errorAnswer(err));
 }
 
-/** Registers the /v2 routes; the returned function unregisters every shared-memory region. */
-export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gateway): () => void {
-  const regions = new SharedMemoryRegistry();
+/**
+ * Registers the /v2 routes; the returned function unregisters every shared-memory region.
+ * `regions` are the registered system shared-memory regions (shared with the OIP data plane).
+ */
+export function registerOipRoutes(
+  router: Instance<HTTPVersion.V1>,
+  gateway: Gateway,
+  regions = new SharedMemoryRegistry(),
+): () => void {
   const on = (method: 'GET' | 'POST', path: string, handler: Handler) => {
     router.on(method, path, (req, res, params) => {
       // async: a handler that throws before its first await is answered like any other failure.
@@ -103,42 +66,25 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
   on('GET', '/v2/health/live', (_req, res) => send(res, 200));
   on('GET', '/v2/health/ready', (_req, res) => send(res, serverReady(gateway) ? 200 : 400));
   // A workflow answers under /v2/models/NAME too, like one of Triton's ensembles.
-  versioned('GET', '', (req, res, { model, version }) => {
-    const name = model as string;
-    allow(req, 'read', kindOf(gateway, name), name);
-    send(
-      res,
-      200,
-      isWorkflow(gateway, name) ? workflowMetadata(gateway, name, version) : modelMetadata(gateway, name, version),
-    );
-  });
-  versioned('GET', '/ready', (req, res, { model, version }) => {
-    const name = model as string;
-    allow(req, 'read', kindOf(gateway, name), name);
-    const ready = isWorkflow(gateway, name)
-      ? workflowReady(gateway, name, version)
-      : modelReady(gateway, name, version);
-    send(res, ready ? 200 : 400);
-  });
+  versioned('GET', '', (req, res, { model, version }) =>
+    send(res, 200, metadataFor(gateway, req.auth, model as string, version)),
+  );
+  versioned('GET', '/ready', (req, res, { model, version }) =>
+    send(res, readinessFor(gateway, req.auth, model as string, version) ? 200 : 400),
+  );
 
   versioned('POST', '/infer', async (req, res, { model, version }) => {
-    const name = model as string;
-    const workflow = isWorkflow(gateway, name);
-    if (workflow) checkWorkflowAccess(gateway, req.auth, name);
-    else allow(req, 'execute', 'model', name);
-    // An unknown model is answered before its body is read or parsed.
-    const config = workflow ? undefined : gateway.modelConfig(name);
-    const body = await readBodyChunks(req, gateway.config.maxHttpBodyBytes);
-    const request = parseInferRequest(body, req.headers[HEADER_LENGTH], {
-      maxArrayElements: gateway.config.maxArrayElements,
-      regions,
-    });
-    try {
-      if (workflow) await inferWorkflowAndAnswer(res, request, name, version);
-      else await inferAndAnswer(res, request, config as ReturnType<Gateway['modelConfig']>, version);
-    } finally {
-      request.release();
-    }
+    writeAnswer(
+      res,
+      await answerInfer(gateway, regions, {
+        auth: req.auth,
+        model: model as string,
+        version,
+        body: () => readBodyChunks(req, gateway.config.maxHttpBodyBytes),
+        headerLength: req.headers[HEADER_LENGTH],
+        signal: goneSignal(res),
+      }),
+    );
   });
 
   /** The signal that withdraws a request whose client went away. */
@@ -148,65 +94,6 @@ export function registerOipRoutes(router: Instance<HTTPVersion.V1>, gateway: Gat
       if (!res.writableFinished) gone.abort();
     });
     return gone.signal;
-  }
-
-  async function inferWorkflowAndAnswer(
-    res: ServerResponse,
-    request: OipInferRequest,
-    name: string,
-    version: string | undefined,
-  ): Promise<void> {
-    checkWorkflowOutputs(
-      gateway,
-      name,
-      (request.outputs ?? []).map((o) => o.name),
-    );
-    const { result, parameters } = await inferWorkflow(gateway, name, version, request, {
-      signal: goneSignal(res),
-      adapter: 'oip-rest',
-    });
-    // An output asked for by name that came out as a literal is in the parameters, not the tensors.
-    const produced = new Set(result.outputs.map((o) => o.name));
-    const outputs = request.outputs?.filter((o) => produced.has(o.name)) ?? null;
-    sendEncoded(res, encodeInferResponse(result, { ...request, outputs }, parameters));
-  }
-
-  async function inferAndAnswer(
-    res: ServerResponse,
-    request: OipInferRequest,
-    config: ReturnType<Gateway['modelConfig']>,
-    version: string | undefined,
-  ): Promise<void> {
-    checkOutputs(
-      gateway,
-      config.name,
-      (request.outputs ?? []).map((o) => o.name),
-    );
-    const result = await gateway.inferTensors(
-      {
-        model: config.name,
-        ...(version !== undefined ? { version } : {}),
-        ...(request.id !== undefined ? { request_id: request.id } : {}),
-        parameters: request.parameters,
-        inputs: request.inputs,
-        form: request.form,
-        sinks: outputSinks(request),
-      },
-      { signal: goneSignal(res), adapter: 'oip-rest' },
-    );
-    const encodeStart = performance.now();
-    const t = result.timings;
-    const encoded = encodeInferResponse(result, request, {
-      variant: result.variant,
-      batch_size: result.batch_size,
-      decode_ms: t.decode_ms,
-      queue_ms: t.queue_ms,
-      transfer_ms: t.transfer_ms,
-      compute_ms: t.compute_ms,
-      encode_ms: Math.round((t.encode_ms + performance.now() - encodeStart) * 1000) / 1000,
-      total_ms: Math.round((t.total_ms + performance.now() - encodeStart) * 1000) / 1000,
-    });
-    sendEncoded(res, encoded);
   }
 
   on('GET', '/v2/systemsharedmemory/status', (req, res) => {

@@ -128,6 +128,18 @@ function checkWorkflowVersion(name: string, version: string | undefined): void {
     );
 }
 
+/** GET /v2/models/NAME[/versions/V]: a model's or a workflow's metadata, if the caller may read it. */
+export function metadataFor(gateway: Gateway, caller: AuthInfo | undefined, name: string, version?: string) {
+  gateway.access.check(caller, 'read', kindOf(gateway, name), name);
+  return isWorkflow(gateway, name) ? workflowMetadata(gateway, name, version) : modelMetadata(gateway, name, version);
+}
+
+/** GET /v2/models/NAME[/versions/V]/ready, if the caller may read the model or workflow. */
+export function readinessFor(gateway: Gateway, caller: AuthInfo | undefined, name: string, version?: string): boolean {
+  gateway.access.check(caller, 'read', kindOf(gateway, name), name);
+  return isWorkflow(gateway, name) ? workflowReady(gateway, name, version) : modelReady(gateway, name, version);
+}
+
 export function workflowMetadata(gateway: Gateway, name: string, version?: string) {
   checkWorkflowVersion(name, version);
   const plan = gateway.workflows.plan(name);

@@ -1,11 +1,11 @@
 import { existsSync, statSync } from 'node:fs';
-import { extname, join } from 'node:path';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { type TensorgateError, tgError } from '../../errors.js';
 import type { TensorSpec } from '../../registry/model-config.js';
 import { dtypeSize } from '../../tensor/dtype.js';
+import { startModuleThread } from '../../threads.js';
 import type {
   Engine,
   EngineInstance,
@@ -40,15 +40,8 @@ import { openSession, runSession, type Session } from './session.js';
 export const INLINE_MAX_MS = 0.2;
 const INLINE_PROBES = 5;
 
-/** The thread's module next to this one: .js once built, .ts when run from source. */
-const THREAD_FILE = new URL(`./onnx-thread${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
-
 function startThread(workerData: ThreadOptions, name: string): Worker {
-  if (THREAD_FILE.pathname.endsWith('.js')) return new Worker(THREAD_FILE, { workerData, name });
-  // Run from source (the tests, through tsx): loader hooks do not reach worker threads, so the
-  // thread registers tsx itself before importing its TypeScript module.
-  const bootstrap = `import('tsx/esm/api').then(({ register }) => { register(); return import(${JSON.stringify(THREAD_FILE.href)}); })`;
-  return new Worker(bootstrap, { eval: true, workerData, name });
+  return startModuleThread(import.meta.url, 'onnx-thread', workerData, name);
 }
 
 export class OnnxEngine implements Engine {

@@ -1,4 +1,7 @@
 import assert from 'node:assert/strict';
+import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { ChunkedBody } from '../../../src/http/body.js';
 
@@ -64,4 +67,20 @@ test('text decodes any range as UTF-8, multi-byte characters split across chunks
   // Past the scratch buffer's size a body is joined in a buffer of its own, and decodes the same.
   const big = chunked(5 * 1024 * 1024, 65536);
   assert.equal(big.body.text(0, big.whole.length), big.whole.toString('utf8'));
+});
+
+test('writeTo writes a range across chunks into a file at a position, and nothing else', () => {
+  const { body, whole } = chunked(200_000, 65_536);
+  const path = join(tmpdir(), `tg-chunked-${process.pid}`);
+  const fd = openSync(path, 'w+');
+  try {
+    body.writeTo(fd, 1000, 150_000, 64);
+    const file = readFileSync(path);
+    assert.equal(file.length, 64 + 149_000);
+    assert.ok(file.subarray(0, 64).equals(Buffer.alloc(64)));
+    assert.ok(file.subarray(64).equals(whole.subarray(1000, 150_000)));
+  } finally {
+    closeSync(fd);
+    rmSync(path, { force: true });
+  }
 });
