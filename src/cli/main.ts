@@ -72,7 +72,13 @@ program
   .option('--stdio', 'serve MCP over stdin/stdout (for Claude Desktop, Claude Code, Cursor)')
   .option('--http <port>', 'serve MCP Streamable HTTP at http://HOST:PORT/mcp', port)
   .option('--grpc <port>', 'also serve OIP v2 gRPC (inference.GRPCInferenceService) on this port', port)
-  .option('--host <host>', 'address to bind for --http and --grpc', '127.0.0.1')
+  .option(
+    '--oip-port <port>',
+    'also serve the OIP v2 data routes (infer, metadata, health) on this port, read by several threads',
+    port,
+  )
+  .option('--oip-threads <n>', 'threads serving --oip-port (default: half the cores, 1 to 8)', positiveInt)
+  .option('--host <host>', 'address to bind for --http, --grpc and --oip-port', '127.0.0.1')
   .option('--max-body-mb <n>', 'largest MCP request over HTTP, in MiB (inline tensors)', positive, 64)
   .option('--memory-budget-mb <n>', 'memory all loaded models may use (resources.memory_mb x instances)', positive)
   .option('--otlp-endpoint <url>', 'export OpenTelemetry spans over OTLP/HTTP to this collector (default: $OTEL_*)')

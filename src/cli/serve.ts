@@ -1,6 +1,7 @@
+import { availableParallelism } from 'node:os';
 import type { SecureVersion } from 'node:tls';
 import { tgError } from '../errors.js';
-import { type HttpOptions, serveHttp } from '../http/server.js';
+import { type HttpOptions, type HttpServerHandle, serveHttp } from '../http/server.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { serveGrpc } from '../oip/grpc.js';
 import { Authenticator, type AuthMode } from '../security/auth.js';
@@ -16,6 +17,9 @@ export interface ServeOptions {
   http?: number;
   /** Also serve OIP v2 over gRPC on this port. */
   grpc?: number;
+  /** Also serve the OIP v2 data routes on this port, from `oipThreads` threads. */
+  oipPort?: number;
+  oipThreads?: number;
   host: string;
   maxBodyMb: number;
   memoryBudgetMb?: number;
@@ -57,6 +61,9 @@ function networkSecurity(opts: ServeOptions): HttpOptions {
     opts.host,
   );
   return {
+    ...(opts.oipPort !== undefined
+      ? { dataPlane: { port: opts.oipPort, threads: opts.oipThreads ?? defaultDataThreads(), log: stderrLogger } }
+      : {}),
     ...(authenticator ? { authenticator } : {}),
     ...(opts.tlsCert && opts.tlsKey
       ? { tls: { certFile: opts.tlsCert, keyFile: opts.tlsKey, minVersion: opts.tlsMinVersion } }
@@ -74,8 +81,28 @@ function networkSecurity(opts: ServeOptions): HttpOptions {
 
 export const DEFAULT_HTTP_PORT = 8765;
 
+function dataPlaneNote(handle: HttpServerHandle): string {
+  if (!handle.dataPlane) return '';
+  const scheme = handle.url.startsWith('https:') ? 'https' : 'http';
+  return `, OIP v2 data plane at ${scheme}://${handle.dataPlaneUrl}/v2 (${handle.dataPlane.threadIds.length} threads)`;
+}
+
+/** Half the cores, 1 to 8: the rest run the workers (and the main thread). */
+function defaultDataThreads(): number {
+  return Math.max(1, Math.min(8, Math.floor(availableParallelism() / 2)));
+}
+
+/** --oip-port serves beside --http: refused where no HTTP server runs. */
+function checkDataPlane(opts: ServeOptions): void {
+  if (opts.oipThreads !== undefined && opts.oipPort === undefined)
+    throw tgError('INVALID_CONFIG', '--oip-threads sets the threads of --oip-port; give --oip-port too');
+  if (opts.oipPort !== undefined && opts.stdio)
+    throw tgError('INVALID_CONFIG', '--oip-port serves beside the HTTP server; --stdio runs none (use --http)');
+}
+
 export async function runServe(global: GlobalOptions, opts: ServeOptions): Promise<void> {
   accountExternalMemoryApart();
+  checkDataPlane(opts);
   // Checked first: a server that would listen unprotected where it must not never opens a model.
   const security = opts.stdio && opts.grpc === undefined ? {} : networkSecurity(opts);
   // n/N models ready on a terminal's stderr while they load; log lines print above it.
@@ -137,7 +164,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host, security);
   transports.push(handle.close);
   stderrLogger(
-    `MCP Streamable HTTP at ${handle.url}, OIP v2 at ${handle.url.replace(/\/mcp$/, '')}/v2 (auth ${handle.auth ? 'on' : 'off'}); loading models`,
+    `MCP Streamable HTTP at ${handle.url}, OIP v2 at ${handle.url.replace(/\/mcp$/, '')}/v2${dataPlaneNote(handle)} (auth ${handle.auth ? 'on' : 'off'}); loading models`,
   );
   await loadAll();
   stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);

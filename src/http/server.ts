@@ -8,7 +8,10 @@ import FindMyWay from 'find-my-way';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import { createMcpHttpHandler } from '../mcp/http.js';
+import type { Logger } from '../observability/logger.js';
+import { DataPlane } from '../oip/data-plane/data-plane.js';
 import { registerOipRoutes } from '../oip/routes.js';
+import { SharedMemoryRegistry } from '../oip/shared-memory.js';
 import type { Authenticator } from '../security/auth.js';
 import type { RateLimiter } from '../security/rate-limit.js';
 import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
@@ -42,6 +45,8 @@ export interface HttpOptions {
   maxConnections?: number;
   /** Per-caller request rates, checked once the caller is known; health routes are exempt. */
   rateLimiter?: RateLimiter;
+  /** The OIP data plane: the protocol's data routes on a port of their own, served by threads. */
+  dataPlane?: { port: number; threads: number; log?: Logger };
 }
 
 const DEFAULT_MAX_CONNECTIONS = 4096;
@@ -80,6 +85,10 @@ export interface HttpServerHandle {
   oipUrl: string;
   /** Whether callers must authenticate. */
   auth: boolean;
+  /** The OIP data plane's base URL (host:port, as oipUrl), when it is on. */
+  dataPlaneUrl?: string;
+  /** The data plane, when it is on. */
+  dataPlane?: DataPlane;
   close: () => Promise<void>;
 }
 
@@ -111,7 +120,8 @@ export async function serveHttp(
       (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(String(err)),
     );
   });
-  const closeOip = registerOipRoutes(router, gateway);
+  const regions = new SharedMemoryRegistry();
+  const closeOip = registerOipRoutes(router, gateway, regions);
   const sessions = authenticator ? new DashboardSessions() : undefined;
   const auditAuthFailure = (path: string, reason: string, remote: string) =>
     gateway.audit.record({ actor: `remote:${remote}`, action: 'auth_failed', target: `http:${path}`, reason });
@@ -212,12 +222,36 @@ export async function serveHttp(
       sessions,
     );
   }
+  let dataPlane: DataPlane | undefined;
+  if (opts.dataPlane) {
+    try {
+      dataPlane = await DataPlane.start(gateway, {
+        host,
+        port: opts.dataPlane.port,
+        threads: opts.dataPlane.threads,
+        ...(opts.tls ? { tls: opts.tls } : {}),
+        hostnames,
+        maxConnections,
+        ...(opts.rateLimiter ? { rateLimiter: opts.rateLimiter } : {}),
+        regions,
+        gate: () => gate,
+        ...(opts.dataPlane.log ? { log: opts.dataPlane.log } : {}),
+      });
+    } catch (err) {
+      server.closeAllConnections();
+      server.close();
+      throw err;
+    }
+  }
+  const hostPort = (p: number) => `${host.includes(':') ? `[${host}]` : host}:${p}`;
   return {
     server,
     url: `${base}/mcp`,
     auth: authenticator !== undefined,
     oipUrl: `${host}:${address.port}`,
+    ...(dataPlane ? { dataPlane, dataPlaneUrl: hostPort(dataPlane.port) } : {}),
     close: async () => {
+      await dataPlane?.close();
       await mcp.close();
       closeOip();
       closeDashboard();

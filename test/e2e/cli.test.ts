@@ -76,6 +76,61 @@ describe('tensorgate CLI', { timeout: 300_000 }, () => {
     await assert.rejects(tg('load', 'adder', '--url', 'http://127.0.0.1:9/mcp'), /cannot reach a tensorgate server/);
   });
 
+  it('serves the OIP data port beside HTTP, and refuses it where no HTTP server runs', async () => {
+    const work = mkdtempSync(join(tmpdir(), 'tg-cli-data-'));
+    cpSync(join(models, 'adder'), join(work, 'models', 'adder'), { recursive: true });
+    const server = spawn(
+      process.execPath,
+      [CLI, '--models', join(work, 'models'), '--registry', join(work, 'r.db')].concat([
+        'serve',
+        '--http',
+        '0',
+        '--oip-port',
+        '0',
+        '--oip-threads',
+        '2',
+      ]),
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let log = '';
+    server.stderr.on('data', (chunk: Buffer) => {
+      log += chunk.toString();
+    });
+    try {
+      await waitForUrl(server);
+      const data = /OIP v2 data plane at (http:\/\/[\d.]+:\d+)\/v2 \(2 threads\)/.exec(log)?.[1];
+      assert.ok(data, log);
+      let ready = 0;
+      for (let i = 0; i < 200 && ready !== 200; i++) {
+        ready = (await fetch(`${data}/v2/models/adder/ready`)).status;
+        if (ready !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(ready, 200);
+      const infer = await fetch(`${data}/v2/models/adder/infer`, {
+        method: 'POST',
+        body: JSON.stringify({
+          inputs: [
+            { name: 'a', datatype: 'FP32', shape: [1, 2], data: [1, 2] },
+            { name: 'b', datatype: 'FP32', shape: [1, 2], data: [10, 20] },
+          ],
+        }),
+      });
+      const answer = (await infer.json()) as { outputs: { data: number[] }[] };
+      assert.equal(infer.status, 200, JSON.stringify(answer));
+      assert.deepEqual(answer.outputs[0]?.data, [11, 22]);
+    } finally {
+      server.kill('SIGTERM');
+    }
+    for (const args of [
+      ['serve', '--stdio', '--oip-port', '0'],
+      ['serve', '--http', '0', '--oip-threads', '2'],
+    ])
+      await assert.rejects(tg(...args), (err: Error & { stderr?: string }) => {
+        assert.match(err.stderr ?? '', /tensorgate: INVALID_CONFIG: --oip-/);
+        return true;
+      });
+  });
+
   it('fails with the error code and a non-zero status on bad input', async () => {
     await assert.rejects(
       tg('infer', 'tabular-classifier', '-i', 'features=[[1,2,3]]'),

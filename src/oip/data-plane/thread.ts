@@ -1,0 +1,187 @@
+import { ftruncateSync, readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { parentPort, workerData } from 'node:worker_threads';
+import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
+import { FirstFitAllocator } from '../../engines/torch/allocator.js';
+import { tgError } from '../../errors.js';
+import { errorAnswer, type HttpAnswer, jsonAnswer, writeAnswer } from '../../http/answer.js';
+import { type ChunkedBody, readBodyChunks } from '../../http/body.js';
+import { HEADER_LENGTH } from '../infer-codec.js';
+import type { MainMessage, ThreadMessage, ThreadOptions } from './messages.js';
+
+/**
+ * One thread of the OIP data plane (data-plane.ts): an HTTP server on the data port, which every
+ * thread binds (SO_REUSEPORT: the kernel spreads connections over them). It parses requests,
+ * reads bodies and copies a request's binary tensor data into its staging file, off the main
+ * thread; it asks the main thread for the answer and writes it. It serves the protocol's data
+ * routes: health, server and model metadata and readiness, and infer.
+ */
+
+const options = workerData as ThreadOptions;
+const main = parentPort as NonNullable<typeof parentPort>;
+const post = (message: ThreadMessage, transfer: ArrayBuffer[] = []) => main.postMessage(message, transfer);
+
+const MODEL_ROUTE = /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(\/ready|\/infer)?$/;
+
+/** Requests waiting for the main thread's answer. */
+const waiting = new Map<number, ServerResponse>();
+/** Staging space per request, until the main thread frees it. */
+const staged = new Map<number, number>();
+let nextId = 1;
+
+const staging = new FirstFitAllocator(options.stagingBytes);
+
+/** Room for `bytes` in the staging file, growing it up to its limit; undefined when there is none. */
+function reserve(bytes: number): number | undefined {
+  const offset = staging.allocate(bytes);
+  if (offset !== undefined || staging.capacity >= options.stagingLimit) return offset;
+  const grown = Math.min(options.stagingLimit, Math.max(2 * staging.capacity, staging.capacity + 2 * bytes));
+  ftruncateSync(options.stagingFd, grown);
+  staging.grow(grown);
+  return staging.allocate(bytes);
+}
+
+/** The JSON header's end: Inference-Header-Content-Length when it is a byte count within the body. */
+function headerEnd(body: ChunkedBody, headerLength: string | undefined): number {
+  const n = Number(headerLength);
+  return headerLength !== undefined && Number.isSafeInteger(n) && n >= 0 && n <= body.length ? n : body.length;
+}
+
+/** Bytes of the body in a buffer of their own: a view would carry its whole socket read along. */
+function ownCopy(body: ChunkedBody, start: number, end: number): Uint8Array {
+  const out = new Uint8Array(end - start);
+  out.set(body.slice(start, end));
+  return out;
+}
+
+function ask(res: ServerResponse, message: ThreadMessage & { id: number }, transfer: ArrayBuffer[] = []): void {
+  waiting.set(message.id, res);
+  res.once('close', () => {
+    if (waiting.delete(message.id)) post({ t: 'gone', id: message.id });
+  });
+  post(message, transfer);
+}
+
+function caller(req: IncomingMessage, id: number, path: string) {
+  return { id, path, authorization: req.headers.authorization, remote: req.socket.remoteAddress ?? 'unknown' };
+}
+
+async function infer(req: IncomingMessage, res: ServerResponse, model: string, version: string | undefined) {
+  const id = nextId++;
+  const body = await readBodyChunks(req, options.maxBodyBytes);
+  const headerLength = req.headers[HEADER_LENGTH] as string | undefined;
+  const end = headerEnd(body, headerLength);
+  let position: number | undefined;
+  if (end < body.length) {
+    position = reserve(body.length - end);
+    if (position !== undefined) {
+      staged.set(id, position);
+      body.writeTo(options.stagingFd, end, body.length, position);
+    }
+  }
+  const header = ownCopy(body, 0, position === undefined ? body.length : end);
+  ask(
+    res,
+    {
+      t: 'infer',
+      ...caller(req, id, (req.url ?? '/').split('?')[0] as string),
+      model,
+      version,
+      header,
+      length: body.length,
+      staged: position,
+      headerLength,
+    },
+    [header.buffer as ArrayBuffer],
+  );
+}
+
+function route(req: IncomingMessage, res: ServerResponse): Promise<void> | void {
+  const path = (req.url ?? '/').split('?')[0] as string;
+  if (req.method === 'GET' && path === '/v2/health/live') return writeAnswer(res, jsonAnswer(200));
+  if (req.method === 'GET' && (path === '/v2/health/ready' || path === '/v2' || path === '/v2/')) {
+    const what = path === '/v2/health/ready' ? 'server-ready' : 'server';
+    return ask(res, { t: 'ask', ...caller(req, nextId++, path), what });
+  }
+  const match = MODEL_ROUTE.exec(path.replace(/\/$/, ''));
+  if (match) {
+    const model = decode(match[1] as string);
+    const version = match[2] === undefined ? undefined : decode(match[2]);
+    const action = match[3];
+    if (req.method === 'POST' && action === '/infer') return infer(req, res, model, version);
+    if (req.method === 'GET' && action !== '/infer') {
+      const what = action === '/ready' ? 'model-ready' : 'model';
+      return ask(res, { t: 'ask', ...caller(req, nextId++, path), what, model, version });
+    }
+  }
+  req.resume();
+  writeAnswer(
+    res,
+    jsonAnswer(404, {
+      error: `not found: ${req.method} ${path}; the OIP data port serves /v2, /v2/health, model metadata and readiness, and infer; everything else is on the main port`,
+    }),
+  );
+}
+
+function decode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw tgError('INVALID_REQUEST', `the path segment ${JSON.stringify(segment)} is not valid percent-encoding`);
+  }
+}
+
+const validateHost = hostHeaderValidation(options.hostnames);
+const validateOrigin = originValidation(options.hostnames);
+
+function listener(req: IncomingMessage, res: ServerResponse): void {
+  if (!validateHost(req, res) || !validateOrigin(req, res)) return;
+  try {
+    Promise.resolve(route(req, res)).catch((err: unknown) => fail(req, res, err));
+  } catch (err) {
+    fail(req, res, err);
+  }
+}
+
+function fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
+  req.resume(); // a body left unread would keep the socket busy
+  if (res.headersSent) res.destroy();
+  else writeAnswer(res, errorAnswer(err));
+}
+
+const server: Server = options.tls
+  ? createTlsServer(
+      {
+        cert: readFileSync(options.tls.certFile),
+        key: readFileSync(options.tls.keyFile),
+        minVersion: options.tls.minVersion,
+      },
+      listener,
+    )
+  : createServer(listener);
+server.keepAliveTimeout = 65_000;
+server.headersTimeout = 66_000;
+server.maxConnections = options.maxConnections;
+
+main.on('message', (message: MainMessage) => {
+  if (message.t === 'answer') {
+    const res = waiting.get(message.id);
+    if (!res) return; // its client went away
+    waiting.delete(message.id);
+    writeAnswer(res, message.answer as HttpAnswer);
+  } else if (message.t === 'free') {
+    const offset = staged.get(message.id);
+    if (offset === undefined) return;
+    staged.delete(message.id);
+    staging.release(offset);
+  } else if (message.t === 'close') {
+    server.closeAllConnections();
+    server.close(() => main.close());
+  }
+});
+
+server.listen({ port: options.port, host: options.host, reusePort: true }, () => {
+  post({ t: 'listening', port: (server.address() as AddressInfo).port });
+});
