@@ -33,6 +33,8 @@ export interface LargeBodyResult {
     warmup: number;
     /** Clients of the batched scenarios (absent before they were measured). */
     wide?: number;
+    /** Threads of the shipped gateway's OIP data plane; 0 or absent: none was measured. */
+    data_threads?: number;
     input_bytes: number;
     seconds: number;
     /** What was measured, when not this checkout as it is (e.g. an earlier commit's server). */

@@ -5,7 +5,7 @@
  * answer, back out (docs/architecture.md, "Large bodies").
  *
  *   node --import tsx bench/large-body/run.ts [--calls 600] [--rounds 3] [--concurrency 8]
- *        [--wide 32] [--out FILE] [--label TEXT] [--server-root DIR]
+ *        [--wide 32] [--data-threads 2] [--out FILE] [--label TEXT] [--server-root DIR]
  *
  * Models (bench/large-body/make_models.py): `channel-mean` (602 KB in, 12 bytes out) and `half`
  * (602 KB in and out). Over MCP Streamable HTTP, `channel-mean` is also called as an agent would:
@@ -19,7 +19,10 @@
  * figures do: the tensor in the body (`batched-binary`), in a system shared-memory region
  * (`batched-shm`), and as a `.npy` path over MCP Streamable HTTP, a session per client
  * (`batched-mcp-path`). `half-shm` is `half` to one client through system shared-memory regions
- * both ways (the worker reads the input and writes the output there itself). Besides the gateway's CPU per call, its main thread's: the JavaScript thread
+ * both ways (the worker reads the input and writes the output there itself). With
+ * `--data-threads N` (default 2; 0 for a build without one) the shipped gateway also serves the
+ * OIP data plane (`--oip-port`) from N threads, and `channel-mean-dataplane/c1` and
+ * `batched-binary-dataplane/c<wide>` send the binary calls there. Besides the gateway's CPU per call, its main thread's: the JavaScript thread
  * every request passes through, whose CPU per call bounds one gateway's calls per second. The gateways' garbage collection over each scenario comes
  * from their /metrics (`nodejs_gc_duration_seconds`). The baseline is each model's raw forward in one Python
  * process on the same input (bench/mcp-overhead/baseline.py). `--server-root` serves from another
@@ -56,6 +59,7 @@ const { values: opts } = parseArgs({
     out: { type: 'string' },
     label: { type: 'string' },
     'server-root': { type: 'string' },
+    'data-threads': { type: 'string', default: '2' },
   },
 });
 const calls = Number(opts.calls);
@@ -64,6 +68,8 @@ const warmup = Number(opts.warmup);
 const concurrency = Number(opts.concurrency);
 const wide = Number(opts.wide);
 const serverRoot = resolve(opts['server-root'] ?? ROOT);
+/** Threads of the shipped gateway's OIP data plane (--oip-port); 0: none (a build without one). */
+const dataThreads = Number(opts['data-threads']);
 
 const MODELS = {
   'channel-mean': { output: 'means', outputBytes: 3 * 4 },
@@ -77,6 +83,8 @@ const BASELINE_MODELS = ['channel-mean', 'half'] as const;
 interface Gateway {
   name: string;
   base: string;
+  /** The OIP data plane's base URL, where the gateway serves one. */
+  dataPlane?: string;
   pid: number;
   mcp: McpConnection;
 }
@@ -125,14 +133,21 @@ async function main(): Promise<void> {
   ] as const) {
     const dir = join(work, name);
     mkdirSync(dir);
-    const started = await startTensorgate(serverRoot, repo, dir, undefined, ['--allow-root', work], {
-      ...process.env,
-      ...env,
-    });
+    const withDataPlane = name === 'shipped' && dataThreads > 0;
+    const started = await startTensorgate(
+      serverRoot,
+      repo,
+      dir,
+      withDataPlane ? /at (http:\/\/[\d.]+:\d+)\/mcp.*data plane at (http:\/\/[\d.]+:\d+)\/v2/ : undefined,
+      ['--allow-root', work],
+      { ...process.env, ...env },
+      withDataPlane ? ['--oip-port', '0', '--oip-threads', String(dataThreads)] : [],
+    );
     children.push(started.child);
     gateways.push({
       name,
       base: started.base,
+      ...(withDataPlane ? { dataPlane: started.match[2] as string } : {}),
       pid: started.child.pid as number,
       mcp: await McpConnection.attach(`${started.base}/mcp`),
     });
@@ -152,12 +167,18 @@ async function main(): Promise<void> {
       ),
     ]),
   ) as Record<ModelName, ReturnType<typeof binaryRequest>>;
-  const oip = (gateway: Gateway, model: ModelName, clients: number, name = `${model}/c${clients}`): Scenario => ({
+  const oip = (
+    gateway: Gateway,
+    model: ModelName,
+    clients: number,
+    name = `${model}/c${clients}`,
+    base = gateway.base,
+  ): Scenario => ({
     name,
     gateway,
     model,
     concurrency: clients,
-    call: () => postForHeader(gateway.base, `/v2/models/${model}/infer`, bodies[model]),
+    call: () => postForHeader(base, `/v2/models/${model}/infer`, bodies[model]),
   });
   const [shipped] = gateways as [Gateway];
   const shm = await sharedMemoryRequests(
@@ -224,6 +245,13 @@ async function main(): Promise<void> {
     mcp(gateway, 'path', { path: npy }),
     ...(gateway === shipped
       ? [halfInShm, oip(gateway, 'channel-mean-batched', wide, `batched-binary/c${wide}`), batchedShm, batchedMcpPath]
+      : []),
+    // The same binary calls to the OIP data plane's port, whose threads read the bodies.
+    ...(gateway.dataPlane
+      ? [
+          oip(gateway, 'channel-mean', 1, 'channel-mean-dataplane/c1', gateway.dataPlane),
+          oip(gateway, 'channel-mean-batched', wide, `batched-binary-dataplane/c${wide}`, gateway.dataPlane),
+        ]
       : []),
   ]);
   const key = (s: Scenario) => `${s.gateway.name} ${s.name}`;
@@ -309,6 +337,7 @@ async function main(): Promise<void> {
       rounds,
       warmup,
       wide,
+      data_threads: dataThreads,
       input_bytes: input.byteLength,
       seconds: round(seconds, 1),
       ...(opts.label ? { label: opts.label } : {}),

@@ -238,7 +238,8 @@ export async function startTensorgate(
   ready = /at (http:\/\/[\d.]+:\d+)\/mcp/,
   options: string[] = [],
   env: NodeJS.ProcessEnv = process.env,
-): Promise<{ child: ChildProcess; base: string }> {
+  serveOptions: string[] = [],
+): Promise<{ child: ChildProcess; base: string; match: RegExpMatchArray }> {
   const { child, match } = await startProcess(
     process.execPath,
     [join(root, 'bin/tensorgate.js'), '--models', models, '--registry', join(work, 'r.db')].concat([
@@ -248,12 +249,13 @@ export async function startTensorgate(
       'serve',
       '--http',
       '0',
+      ...serveOptions,
     ]),
     root,
     ready,
     env,
   );
-  return { child, base: match[1] as string };
+  return { child, base: match[1] as string, match };
 }
 
 /** A TCP port free on loopback now. */

@@ -36,7 +36,14 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
         `${g} mcp-http-b64/c1`,
         `${g} mcp-http-path/c1`,
         ...(g === 'shipped'
-          ? [`${g} half-shm/c1`, `${g} batched-binary/c8`, `${g} batched-shm/c8`, `${g} batched-mcp-path/c8`]
+          ? [
+              `${g} half-shm/c1`,
+              `${g} batched-binary/c8`,
+              `${g} batched-shm/c8`,
+              `${g} batched-mcp-path/c8`,
+              `${g} channel-mean-dataplane/c1`,
+              `${g} batched-binary-dataplane/c8`,
+            ]
           : []),
       ]),
     );
@@ -49,11 +56,15 @@ describe('bench/large-body (smoke)', { timeout: 300_000 }, () => {
     }
     const gatewayCpu = file.scenarios.reduce((sum, s) => sum + s.cpu_ms_per_call.gateway, 0);
     assert.ok(gatewayCpu > 0, 'the gateways used CPU over the run');
+    // The workers are the fork server's children, not the gateway's: counted all the same.
+    const workerCpu = file.scenarios.reduce((sum, s) => sum + s.cpu_ms_per_call.worker, 0);
+    assert.ok(workerCpu > 0, "the workers' CPU over the run was not counted");
     const section = renderLargeBody([file]);
     assert.match(section, /^## Large bodies \(bench\/large-body\)/);
     assert.match(section, /\| `half\/c1` \| v8-default \|/);
     assert.match(section, /full GCs per 1000 calls/);
     assert.match(section, /\| `batched-shm\/c8` \| shipped \|/);
+    assert.match(section, /\| `batched-binary-dataplane\/c8` \| shipped \|/);
     assert.match(section, /ceiling for image calls, from its main thread's CPU per call/);
   });
 });
