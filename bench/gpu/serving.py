@@ -26,6 +26,9 @@ batch 1 (latency) and batch 32 (rows per second).
   OIP shared memory, OIP binary, MCP Streamable HTTP by path, from 4 client processes of 8
   threads each (one Python process could not keep up), with the GPU's utilisation sampled by
   ``nvidia-smi`` and the workers' GPU memory read from ``/metrics``.
+- OIP binary also to the OIP data port (``serve --oip-port``, ``oip/binary-data``), at both
+  concurrencies: there the gateway's threads read the bodies, not its main thread
+  (docs/architecture.md#the-oip-data-plane). The binary target counts the better of the two ports.
 
 The issue's targets are judged in the report: at concurrency 1 stdio by path <= raw + 0.5 ms,
 OIP binary and shared memory <= raw + 0.3 ms, HTTP by path <= raw + 1.0 ms; at concurrency 32
@@ -383,6 +386,10 @@ def sequential(call, seconds: float) -> dict[str, Any]:
     return {"latency": distribution(latencies), "server_ms": server}
 
 
+# OIP binary to the data port (serve --oip-port): threads read the bodies, not the main thread.
+DATA_PLANE = "oip/binary-data"
+
+
 def load_worker(args: tuple) -> tuple[int, list[float]]:
     """One client process of a concurrency-32 block: THREADS closed loops until the deadline."""
     form, port, model, npy, start_at, end_at, proc = args
@@ -394,7 +401,7 @@ def load_worker(args: tuple) -> tuple[int, list[float]]:
     def loop(thread: int) -> None:
         if form == "oip/shm":
             call = oip_shm_call(port, model, x, f"c{proc}_{thread}")
-        elif form == "oip/binary":
+        elif form in ("oip/binary", DATA_PLANE):
             call = oip_binary_call(port, model, x)
         else:
             session = McpHttp(port)
@@ -586,9 +593,10 @@ def main() -> int:
         "--allow-root",
         str(work),
     ]
-    port = free_port()
+    port, data_port = free_port(), free_port()
     server = subprocess.Popen(
-        [*cli, "--registry", str(work / "http.db"), "serve", "--http", str(port)],
+        [*cli, "--registry", str(work / "http.db"), "serve", "--http", str(port),
+         "--oip-port", str(data_port)],
         cwd=ROOT, env=env, stderr=open(work / "server.log", "w"),  # noqa: SIM115
     )  # fmt: skip
     stdio: McpStdio | None = None
@@ -606,6 +614,7 @@ def main() -> int:
         forms = {
             "stdio/path": lambda: stdio.tool("infer", arguments),
             "oip/binary": oip_binary_call(port, "image", x),
+            DATA_PLANE: oip_binary_call(data_port, "image", x),
             "oip/shm": oip_shm_call(port, "image", x, "seq"),
             "http/path": lambda: mcp.tool("infer", arguments),
         }
@@ -629,9 +638,10 @@ def main() -> int:
                 c1[key] = sequential(call, args.seconds)
                 c1[key]["over_raw_ms"] = round(c1[key]["latency"]["p50"] - raw["latency"]["p50"], 3)
         for setting in settings:
-            for form in ("oip/shm", "oip/binary", "http/path"):
+            for form in ("oip/shm", "oip/binary", DATA_PLANE, "http/path"):
                 print(f"concurrency 32, batching {setting}: {form}", file=sys.stderr)
-                row = concurrent(form, port, batched_name(setting), npy, args.seconds, server.pid)
+                to = data_port if form == DATA_PLANE else port
+                row = concurrent(form, to, batched_name(setting), npy, args.seconds, server.pid)
                 row["share_of_raw"] = round(row["rows_per_s"] / raw["batch32_rows_per_s"], 3)
                 c32[f"{setting} {form}"] = row
         memory = worker_gpu_memory(port)
@@ -647,8 +657,7 @@ def main() -> int:
         for form, ms in TARGETS_C1_MS.items()
     ] + [
         {"target": f"c32 {form}", "goal": f">= {share:.0%} of raw batch-32 rows/s",
-         "measured": max(r["share_of_raw"] for k, r in c32.items() if k.endswith(form)),
-         "met": max(r["share_of_raw"] for k, r in c32.items() if k.endswith(form)) >= share}
+         "measured": best_share(c32, form), "met": best_share(c32, form) >= share}
         for form, share in TARGETS_C32_SHARE.items()
     ]  # fmt: skip
     report = {
@@ -681,6 +690,13 @@ def main() -> int:
         print(f"{t['target']}: {t['goal']}: {t['measured']} {'met' if t['met'] else 'NOT met'}")
     print(f"wrote {out}/gpu-serving-{stamp}.json")
     return 0
+
+
+def best_share(c32: dict[str, dict[str, Any]], form: str) -> float:
+    """The best share of the raw rate over the batching settings, and for OIP binary over both
+    ports (the data port's threads read the bodies: the same protocol, another front door)."""
+    forms = (form, DATA_PLANE) if form == "oip/binary" else (form,)
+    return max(r["share_of_raw"] for k, r in c32.items() if k.split(" ", 1)[1] in forms)
 
 
 def all_ready(listing: dict) -> bool:
