@@ -7,9 +7,11 @@ import type { StageTimings } from '../gateway.js';
  * calls no observer at all when none is attached.
  */
 
-/** The adapter a request came through. */
-/** Where a request came from: an MCP tool, OIP v2 REST or gRPC, or a batch job's items. */
-export type Adapter = 'mcp' | 'oip-rest' | 'oip-grpc' | 'job';
+/**
+ * Where a request came from: an MCP tool, OIP v2 REST on the main port or on the data port
+ * (`serve --oip-port`), OIP v2 gRPC, or a batch job's items.
+ */
+export type Adapter = 'mcp' | 'oip-rest' | 'oip-data' | 'oip-grpc' | 'job';
 
 export interface FinishedRequest {
   request_id: string;

@@ -23,6 +23,8 @@ export interface InferCall {
   headerLength: string | string[] | undefined;
   /** Aborted when the client goes away: the request is withdrawn. */
   signal: AbortSignal;
+  /** The front door, for logs and traces: the main port's REST routes, or the data plane's. */
+  adapter: 'oip-rest' | 'oip-data';
 }
 
 export async function answerInfer(
@@ -42,8 +44,8 @@ export async function answerInfer(
   });
   try {
     const { headers, parts } = config
-      ? await inferModel(gateway, request, config.name, version, call.signal)
-      : await inferWorkflowCall(gateway, request, name, version, call.signal);
+      ? await inferModel(gateway, request, config.name, version, call)
+      : await inferWorkflowCall(gateway, request, name, version, call);
     return { status: 200, headers, parts };
   } finally {
     request.release();
@@ -60,7 +62,7 @@ async function inferModel(
   request: OipInferRequest,
   model: string,
   version: string | undefined,
-  signal: AbortSignal,
+  { signal, adapter }: InferCall,
 ) {
   checkOutputs(
     gateway,
@@ -77,7 +79,7 @@ async function inferModel(
       form: request.form,
       sinks: outputSinks(request),
     },
-    { signal, adapter: 'oip-rest' },
+    { signal, adapter },
   );
   const encodeStart = performance.now();
   const t = result.timings;
@@ -98,17 +100,14 @@ async function inferWorkflowCall(
   request: OipInferRequest,
   name: string,
   version: string | undefined,
-  signal: AbortSignal,
+  { signal, adapter }: InferCall,
 ) {
   checkWorkflowOutputs(
     gateway,
     name,
     (request.outputs ?? []).map((o) => o.name),
   );
-  const { result, parameters } = await inferWorkflow(gateway, name, version, request, {
-    signal,
-    adapter: 'oip-rest',
-  });
+  const { result, parameters } = await inferWorkflow(gateway, name, version, request, { signal, adapter });
   // An output asked for by name that came out as a literal is in the parameters, not the tensors.
   const produced = new Set(result.outputs.map((o) => o.name));
   const outputs = request.outputs?.filter((o) => produced.has(o.name)) ?? null;

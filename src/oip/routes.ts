@@ -83,6 +83,7 @@ export function registerOipRoutes(
         body: () => readBodyChunks(req, gateway.config.maxHttpBodyBytes),
         headerLength: req.headers[HEADER_LENGTH],
         signal: goneSignal(res),
+        adapter: 'oip-rest',
       }),
     );
   });

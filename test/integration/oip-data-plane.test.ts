@@ -143,8 +143,14 @@ describe('the OIP data plane', { timeout: 300_000 }, () => {
     // A pattern that is nowhere else: found in a staging file only if a thread put it there.
     const x = new Float32Array(48 * 4).map((_, i) => Math.sin(i * 1.7) * 11 + 0.123);
     const { body, headers } = binaryInfer(x, [48, 4], ['logits', 'label'], { id: 'req-7' });
+    const adapters: (string | undefined)[] = [];
+    const stop = gateway.observe({ finished: (r) => adapters.push(r.adapter), failed: () => {} });
     const viaMain = await send(handle.oipUrl, 'POST', '/v2/models/mlp/infer', body, headers);
     const viaData = await send(data, 'POST', '/v2/models/mlp/infer', body, headers);
+    // Logs and traces tell the front doors apart (observers hear of a request once answered).
+    await waitFor('both requests observed', () => (adapters.length === 2 ? true : undefined));
+    stop();
+    assert.deepEqual(adapters, ['oip-rest', 'oip-data']);
     assert.equal(viaMain.status, 200, JSON.stringify(viaMain.json));
     assert.equal(viaData.status, 200, JSON.stringify(viaData.json));
     assert.equal(viaData.json.id, 'req-7');

@@ -261,9 +261,10 @@ export class DataPlane {
               body: async () => body,
               headerLength: message.headerLength,
               signal: signal.signal,
+              adapter: 'oip-data',
             });
     } catch (err) {
-      this.gateway.recordFailure(err, { adapter: 'oip-rest' });
+      this.gateway.recordFailure(err, { adapter: 'oip-data' });
       answer = errorAnswer(err);
     } finally {
       thread.inflight.delete(id);
