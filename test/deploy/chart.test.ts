@@ -250,6 +250,16 @@ describe('deploy/helm/tensorgate', () => {
     assert.ok(c.args.includes('$(POD_IP)') && env(c, 'POD_IP').valueFrom?.fieldRef?.fieldPath === 'status.podIP');
   });
 
+  it('serves the OIP data port when asked, on the container and the Service', () => {
+    assert.ok(!gateway(defaults).args.includes('--oip-port'), 'off by default');
+    const c = gateway(full);
+    const at = c.args.indexOf('--oip-port');
+    assert.deepEqual(c.args.slice(at, at + 4), ['--oip-port', '8002', '--oip-threads', '4']);
+    assert.ok(c.ports.some((p) => p.name === 'oip-data' && p.containerPort === 8002));
+    const service = find<{ spec: { ports: { name: string; port: number; targetPort: string }[] } }>(full, 'Service');
+    assert.ok(service.spec.ports.some((p) => p.name === 'oip-data' && p.port === 8002 && p.targetPort === 'oip-data'));
+  });
+
   it('passes only options the CLI has, global ones before serve', () => {
     assertKnownOptions(gateway(defaults).args, 'default values');
     assertKnownOptions(gateway(full).args, 'full values');
