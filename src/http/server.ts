@@ -9,7 +9,7 @@ import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
 import { createMcpHttpHandler } from '../mcp/http.js';
 import type { Logger } from '../observability/logger.js';
-import { DataPlane } from '../oip/data-plane/data-plane.js';
+import { DataPlane, type DataPlaneOptions } from '../oip/data-plane/data-plane.js';
 import { registerOipRoutes } from '../oip/routes.js';
 import { SharedMemoryRegistry } from '../oip/shared-memory.js';
 import type { Authenticator } from '../security/auth.js';
@@ -46,7 +46,7 @@ export interface HttpOptions {
   /** Per-caller request rates, checked once the caller is known; health routes are exempt. */
   rateLimiter?: RateLimiter;
   /** The OIP data plane: the protocol's data routes on a port of their own, served by threads. */
-  dataPlane?: { port: number; threads: number; log?: Logger };
+  dataPlane?: { port: number; threads: number; log?: Logger; staging?: DataPlaneOptions['staging'] };
 }
 
 const DEFAULT_MAX_CONNECTIONS = 4096;
@@ -236,6 +236,7 @@ export async function serveHttp(
         regions,
         gate: () => gate,
         ...(opts.dataPlane.log ? { log: opts.dataPlane.log } : {}),
+        ...(opts.dataPlane.staging ? { staging: opts.dataPlane.staging } : {}),
       });
     } catch (err) {
       server.closeAllConnections();

@@ -273,7 +273,7 @@ describe('TLS', { timeout: 120_000 }, () => {
     ]);
     cert = readFileSync(join(work, 'cert.pem'));
     served = await serveOne('adder', {
-      serveArgs: ['--tls-cert', join(work, 'cert.pem'), '--tls-key', join(work, 'key.pem')],
+      serveArgs: ['--tls-cert', join(work, 'cert.pem'), '--tls-key', join(work, 'key.pem'), '--oip-port', '0'],
     });
   });
 
@@ -281,7 +281,7 @@ describe('TLS', { timeout: 120_000 }, () => {
     await served?.stop();
   });
 
-  it('serves HTTPS with TLS 1.3 and refuses TLS 1.2', async () => {
+  it('serves HTTPS with TLS 1.3 and refuses TLS 1.2, on the OIP data port too', async () => {
     assert.match(served.url, /^https:\/\/127\.0\.0\.1:\d+\/mcp$/);
     const { port } = new URL(served.url);
     const status = await new Promise<number | undefined>((resolve, reject) =>
@@ -300,6 +300,30 @@ describe('TLS', { timeout: 120_000 }, () => {
       }).on('error', reject);
     });
     assert.equal(protocol, 'TLSv1.3');
+    // The OIP data port is HTTPS with the same certificate.
+    const data = /OIP v2 data plane at (https:\/\/[\d.]+:\d+)\/v2/.exec(served.stderr())?.[1];
+    assert.ok(data, 'the data port is announced as https');
+    const dataStatus = await new Promise<number | undefined>((resolve, reject) =>
+      httpsRequest(`${data}/v2/health/live`, { ca: cert }, (res) => {
+        res.resume();
+        resolve(res.statusCode);
+      })
+        .on('error', reject)
+        .end(),
+    );
+    assert.equal(dataStatus, 200);
+    await assert.rejects(
+      new Promise((resolve, reject) => {
+        const socket = tlsConnect(
+          { host: '127.0.0.1', port: Number(new URL(data).port), ca: cert, maxVersion: 'TLSv1.2' },
+          () => {
+            socket.end();
+            resolve(undefined);
+          },
+        ).on('error', reject);
+      }),
+      /protocol version|alert|handshake/i,
+    );
     await assert.rejects(
       new Promise((resolve, reject) => {
         const socket = tlsConnect({ host: '127.0.0.1', port: Number(port), ca: cert, maxVersion: 'TLSv1.2' }, () => {

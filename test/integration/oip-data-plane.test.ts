@@ -292,6 +292,42 @@ function pyclients(): string {
   return join(ROOT, '.tensorgate', 'pyclients', 'bin', 'python');
 }
 
+describe('the OIP data plane with no room to stage', { timeout: 300_000 }, () => {
+  let gateway: Gateway;
+  let handle: HttpServerHandle;
+  let work: string;
+
+  before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'tg-data-plane-full-'));
+    gateway = await openGateway(work);
+    await gateway.register(modelCopy(ensureTestModels(), 'mlp', work, 'mlp'));
+    // A staging file of 8 KB that may not grow: a 16 KB tensor finds no room.
+    handle = await serveHttp(gateway, 0, '127.0.0.1', {
+      dataPlane: { port: 0, threads: 1, staging: { bytes: 8192, limit: 8192 } },
+    });
+  });
+
+  after(async () => {
+    await handle?.close();
+    await gateway?.close();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  it('sends a body that does not fit through the main thread, and answers it the same', async () => {
+    const data = handle.dataPlaneUrl as string;
+    for (const rows of [16, 1024]) {
+      const x = new Float32Array(rows * 4).map((_, i) => Math.cos(i * 0.37) * 5 + rows);
+      const { body, headers } = binaryInfer(x, [rows, 4], ['logits', 'label']);
+      const viaMain = await send(handle.oipUrl, 'POST', '/v2/models/mlp/infer', body, headers);
+      const viaData = await send(data, 'POST', '/v2/models/mlp/infer', body, headers);
+      assert.equal(viaData.status, 200, JSON.stringify(viaData.json));
+      assert.ok(viaData.binary.equals(viaMain.binary), `${rows} rows: the outputs differ between the ports`);
+      const inStaging = stagingFiles().some((file) => file.indexOf(Buffer.from(x.buffer)) >= 0);
+      assert.equal(inStaging, rows === 16, `${rows} rows staged: ${inStaging}`);
+    }
+  });
+});
+
 describe('the OIP data plane with auth on', { timeout: 300_000 }, () => {
   let gateway: Gateway;
   let handle: HttpServerHandle;

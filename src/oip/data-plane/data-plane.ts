@@ -46,6 +46,8 @@ export interface DataPlaneOptions {
   /** The auth gate, when auth is on; asked per request (the server makes it once listening). */
   gate: () => AuthGate | undefined;
   log?: Logger;
+  /** Each thread's staging file: its first size, and the most it may grow to (see the defaults). */
+  staging?: { bytes: number; limit: number };
 }
 
 /** A thread's staging file starts this large (sparse: tmpfs gives it pages as they are written). */
@@ -62,13 +64,13 @@ class StagingFile {
   readonly fd: number;
   private users = 1; // the thread
 
-  constructor(tag: string) {
+  constructor(tag: string, bytes: number) {
     // Named only while it is opened: an unlinked file needs no sweeping after a crash, and the
     // workers reach it through this process's descriptor (/proc/PID/fd/FD) like a region.
     const path = arenaPath(tag);
     this.fd = openSync(path, 'w+', 0o600);
     unlinkSync(path);
-    ftruncateSync(this.fd, STAGING_BYTES);
+    ftruncateSync(this.fd, bytes);
   }
 
   hold(): () => void {
@@ -144,8 +146,12 @@ export class DataPlane {
     );
   }
 
+  private get stagingBytes(): number {
+    return this.options.staging?.bytes ?? STAGING_BYTES;
+  }
+
   private startThread(index: number, port: number): Promise<number> {
-    const staging = new StagingFile(`oip-${index}-${this.generation++}`);
+    const staging = new StagingFile(`oip-${index}-${this.generation++}`, this.stagingBytes);
     const options: ThreadOptions = {
       index,
       host: this.options.host,
@@ -155,8 +161,9 @@ export class DataPlane {
       maxBodyBytes: this.gateway.config.maxHttpBodyBytes,
       maxConnections: this.options.maxConnections,
       stagingFd: staging.fd,
-      stagingBytes: STAGING_BYTES,
-      stagingLimit: Math.max(STAGING_BYTES, STAGING_BODIES * this.gateway.config.maxHttpBodyBytes),
+      stagingBytes: this.stagingBytes,
+      stagingLimit:
+        this.options.staging?.limit ?? Math.max(STAGING_BYTES, STAGING_BODIES * this.gateway.config.maxHttpBodyBytes),
     };
     const worker = startModuleThread(import.meta.url, 'thread', options, `tensorgate-oip-${index}`);
     const thread: DataThread = { worker, staging, inflight: new Map() };

@@ -43,6 +43,22 @@ function reserve(bytes: number): number | undefined {
   return staging.allocate(bytes);
 }
 
+/**
+ * Copies the body from `start` on into the staging file; where it lies there, or undefined when
+ * it is not staged (no room, or the write failed: /dev/shm full), and then travels in the message.
+ */
+function stage(body: ChunkedBody, start: number): number | undefined {
+  let position: number | undefined;
+  try {
+    position = reserve(body.length - start);
+    if (position !== undefined) body.writeTo(options.stagingFd, start, body.length, position);
+    return position;
+  } catch {
+    if (position !== undefined) staging.release(position);
+    return undefined;
+  }
+}
+
 /** The JSON header's end: Inference-Header-Content-Length when it is a byte count within the body. */
 function headerEnd(body: ChunkedBody, headerLength: string | undefined): number {
   const n = Number(headerLength);
@@ -74,13 +90,8 @@ async function infer(req: IncomingMessage, res: ServerResponse, model: string, v
   const headerLength = req.headers[HEADER_LENGTH] as string | undefined;
   const end = headerEnd(body, headerLength);
   let position: number | undefined;
-  if (end < body.length) {
-    position = reserve(body.length - end);
-    if (position !== undefined) {
-      staged.set(id, position);
-      body.writeTo(options.stagingFd, end, body.length, position);
-    }
-  }
+  if (end < body.length) position = stage(body, end);
+  if (position !== undefined) staged.set(id, position);
   const header = ownCopy(body, 0, position === undefined ? body.length : end);
   ask(
     res,
