@@ -58,6 +58,7 @@ export class PrometheusMetrics {
   private readonly stages: FastHistogram;
   private readonly batchRows: FastHistogram;
   private readonly errors: Counter<'code'>;
+  private readonly dataPlaneBodies: Counter<'staging'>;
   private readonly bound = new Map<string, Bound>();
   /** Off: requests update nothing (bench/metrics-overhead measures the difference). */
   enabled = true;
@@ -110,6 +111,12 @@ export class PrometheusMetrics {
       labelNames: ['code'],
       registers,
     });
+    this.dataPlaneBodies = new Counter({
+      name: 'tensorgate_oip_data_plane_bodies_total',
+      help: 'Infer bodies with binary tensor data read by the OIP data port: staged by its thread for the worker, or unstaged (no room in the staging file: through the main thread)',
+      labelNames: ['staging'],
+      registers,
+    });
     this.registerPoolMetrics(registers);
     // The gateway process's own: CPU, memory, open files, event-loop lag, heap and garbage
     // collection time by kind, under the names every Node dashboard knows (process_*, nodejs_*).
@@ -117,6 +124,11 @@ export class PrometheusMetrics {
     // idle gateway 100 times a second (2.6% of a core on the 2-core VM, for a stdio server that
     // mostly waits), and a scrape every few seconds still gets tens of samples.
     collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 100 });
+  }
+
+  /** A binary infer body the OIP data port read: staged by its thread, or not for want of room. */
+  recordDataPlaneBody(staged: boolean): void {
+    this.dataPlaneBodies.inc({ staging: staged ? 'staged' : 'unstaged' });
   }
 
   recordSuccess(

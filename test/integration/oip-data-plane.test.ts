@@ -325,6 +325,9 @@ describe('the OIP data plane with no room to stage', { timeout: 300_000 }, () =>
       const inStaging = stagingFiles().some((file) => file.indexOf(Buffer.from(x.buffer)) >= 0);
       assert.equal(inStaging, rows === 16, `${rows} rows staged: ${inStaging}`);
     }
+    const { text } = await gateway.metrics.render();
+    assert.match(text, /^tensorgate_oip_data_plane_bodies_total\{staging="staged"\} 1$/m);
+    assert.match(text, /^tensorgate_oip_data_plane_bodies_total\{staging="unstaged"\} 1$/m);
   });
 });
 

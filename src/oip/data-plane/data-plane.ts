@@ -241,6 +241,7 @@ export class DataPlane {
 
   private async infer(thread: DataThread, message: Extract<ThreadMessage, { t: 'infer' }>): Promise<void> {
     const { id } = message;
+    if (message.binary) this.gateway.metrics.recordDataPlaneBody(message.staged !== undefined);
     const signal = new AbortController();
     thread.inflight.set(id, signal);
     const header = Buffer.from(message.header.buffer, message.header.byteOffset, message.header.byteLength);

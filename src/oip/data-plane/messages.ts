@@ -45,6 +45,8 @@ export type ThreadMessage =
       length: number;
       /** Where the body's bytes after `header` start in the staging file; unset when not staged. */
       staged: number | undefined;
+      /** Whether the body has binary data after its JSON header (staged or not). */
+      binary: boolean;
       headerLength: string | undefined;
     })
   | (Asked & {

@@ -103,6 +103,7 @@ async function infer(req: IncomingMessage, res: ServerResponse, model: string, v
       header,
       length: body.length,
       staged: position,
+      binary: end < body.length,
       headerLength,
     },
     [header.buffer as ArrayBuffer],
