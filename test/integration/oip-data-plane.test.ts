@@ -121,10 +121,13 @@ describe('the OIP data plane', { timeout: 300_000 }, () => {
     // sleepy answers x * 2; a 300 ms delay makes concurrent calls one batch.
     await gateway.register(
       modelCopy(models, 'sleepy', work, 'sleepy-batched', (c) => {
-        c.batching = { max_batch_size: 16, max_queue_delay_us: 300_000, adaptive_delay: false };
+        c.batching = { max_batch_size: 256, max_queue_delay_us: 300_000, adaptive_delay: false };
       }),
     );
-    handle = await serveHttp(gateway, 0, '127.0.0.1', { dataPlane: { port: 0, threads: 2 } });
+    // Binary data of 256 bytes or more is staged (by default 16 KB: smaller goes in the message).
+    handle = await serveHttp(gateway, 0, '127.0.0.1', {
+      dataPlane: { port: 0, threads: 2, staging: { fromBytes: 256 } },
+    });
     data = handle.dataPlaneUrl as string;
   });
 
@@ -162,6 +165,19 @@ describe('the OIP data plane', { timeout: 300_000 }, () => {
       stagingFiles().some((file) => file.indexOf(xBytes) >= 0),
       'the input bytes are in no staging file: the request did not go through the data plane',
     );
+    // Under the staging threshold the tensor travels in the message: the same answer, not staged.
+    const small = new Float32Array(8 * 4).map((_, i) => Math.cos(i * 2.3) * 7 - 0.321);
+    const smallCall = binaryInfer(small, [8, 4], ['logits', 'label']);
+    const [smallMain, smallData] = [
+      await send(handle.oipUrl, 'POST', '/v2/models/mlp/infer', smallCall.body, smallCall.headers),
+      await send(data, 'POST', '/v2/models/mlp/infer', smallCall.body, smallCall.headers),
+    ];
+    assert.equal(smallData.status, 200, JSON.stringify(smallData.json));
+    assert.ok(smallData.binary.equals(smallMain.binary));
+    assert.ok(
+      !stagingFiles().some((file) => file.indexOf(Buffer.from(small.buffer)) >= 0),
+      'a small tensor was staged',
+    );
   });
 
   it('answers JSON data, metadata and readiness as the main port does', async () => {
@@ -184,7 +200,7 @@ describe('the OIP data plane', { timeout: 300_000 }, () => {
 
   it('batches concurrent calls from both threads and answers each caller its own rows', async () => {
     const calls = Array.from({ length: 12 }, (_, i) => {
-      const rows = 1 + (i % 3);
+      const rows = 20 + (i % 3); // 320-352 bytes: staged
       return new Float32Array(rows * 4).map((_, j) => i * 100 + j + 0.5);
     });
     const answers = await Promise.all(
@@ -205,7 +221,7 @@ describe('the OIP data plane', { timeout: 300_000 }, () => {
       );
     }
     const batches = answers.map((a) => (a.json.parameters as { batch_size: number }).batch_size);
-    assert.ok(Math.max(...batches) > 3, `no call shared a batch: ${batches}`);
+    assert.ok(Math.max(...batches) > 22, `no call shared a batch: ${batches}`);
   });
 
   it('refuses bad requests with the protocol errors and serves on', async () => {
@@ -303,7 +319,7 @@ describe('the OIP data plane with no room to stage', { timeout: 300_000 }, () =>
     await gateway.register(modelCopy(ensureTestModels(), 'mlp', work, 'mlp'));
     // A staging file of 8 KB that may not grow: a 16 KB tensor finds no room.
     handle = await serveHttp(gateway, 0, '127.0.0.1', {
-      dataPlane: { port: 0, threads: 1, staging: { bytes: 8192, limit: 8192 } },
+      dataPlane: { port: 0, threads: 1, staging: { bytes: 8192, limit: 8192, fromBytes: 0 } },
     });
   });
 

@@ -46,14 +46,23 @@ export interface DataPlaneOptions {
   /** The auth gate, when auth is on; asked per request (the server makes it once listening). */
   gate: () => AuthGate | undefined;
   log?: Logger;
-  /** Each thread's staging file: its first size, and the most it may grow to (see the defaults). */
-  staging?: { bytes: number; limit: number };
+  /**
+   * Each thread's staging file: its first size, the most it may grow to, and the smallest binary
+   * data staged (see the defaults).
+   */
+  staging?: { bytes?: number; limit?: number; fromBytes?: number };
 }
 
 /** A thread's staging file starts this large (sparse: tmpfs gives it pages as they are written). */
 const STAGING_BYTES = 16 * 1024 * 1024;
 /** How far it may grow, in request bodies; a body that finds no room travels in the message. */
 const STAGING_BODIES = 8;
+/**
+ * Binary data under this size is not staged but sent in the message: for a small tensor the
+ * worker's open and read of the staging file (tens of microseconds) cost more than the main
+ * thread's copy of it into the worker's slot.
+ */
+const STAGE_FROM_BYTES = 16 * 1024;
 /** A thread that dies is replaced after this long (it only dies of a bug: not in a tight loop). */
 const RESTART_DELAY_MS = 200;
 /** How long a closing thread gets to finish its connections before it is stopped. */
@@ -164,6 +173,7 @@ export class DataPlane {
       stagingBytes: this.stagingBytes,
       stagingLimit:
         this.options.staging?.limit ?? Math.max(STAGING_BYTES, STAGING_BODIES * this.gateway.config.maxHttpBodyBytes),
+      stageFromBytes: this.options.staging?.fromBytes ?? STAGE_FROM_BYTES,
     };
     const worker = startModuleThread(import.meta.url, 'thread', options, `tensorgate-oip-${index}`);
     const thread: DataThread = { worker, staging, inflight: new Map() };
@@ -241,7 +251,7 @@ export class DataPlane {
 
   private async infer(thread: DataThread, message: Extract<ThreadMessage, { t: 'infer' }>): Promise<void> {
     const { id } = message;
-    if (message.binary) this.gateway.metrics.recordDataPlaneBody(message.staged !== undefined);
+    if (message.large) this.gateway.metrics.recordDataPlaneBody(message.staged !== undefined);
     const signal = new AbortController();
     thread.inflight.set(id, signal);
     const header = Buffer.from(message.header.buffer, message.header.byteOffset, message.header.byteLength);

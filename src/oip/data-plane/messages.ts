@@ -23,6 +23,11 @@ export interface ThreadOptions {
   stagingBytes: number;
   /** The size the staging file may grow to; a body that finds no room then travels in the message. */
   stagingLimit: number;
+  /**
+   * Binary data smaller than this travels in the message: a worker opening the staging file
+   * costs more than the main thread copying a few kilobytes.
+   */
+  stageFromBytes: number;
 }
 
 /** A request the main thread answers; `authorization` and `remote` identify the caller. */
@@ -45,8 +50,8 @@ export type ThreadMessage =
       length: number;
       /** Where the body's bytes after `header` start in the staging file; unset when not staged. */
       staged: number | undefined;
-      /** Whether the body has binary data after its JSON header (staged or not). */
-      binary: boolean;
+      /** Whether its binary data is large enough to stage (staged, or not for want of room). */
+      large: boolean;
       headerLength: string | undefined;
     })
   | (Asked & {

@@ -90,7 +90,8 @@ async function infer(req: IncomingMessage, res: ServerResponse, model: string, v
   const headerLength = req.headers[HEADER_LENGTH] as string | undefined;
   const end = headerEnd(body, headerLength);
   let position: number | undefined;
-  if (end < body.length) position = stage(body, end);
+  const large = body.length - end >= options.stageFromBytes;
+  if (large) position = stage(body, end);
   if (position !== undefined) staged.set(id, position);
   const header = ownCopy(body, 0, position === undefined ? body.length : end);
   ask(
@@ -103,7 +104,7 @@ async function infer(req: IncomingMessage, res: ServerResponse, model: string, v
       header,
       length: body.length,
       staged: position,
-      binary: end < body.length,
+      large,
       headerLength,
     },
     [header.buffer as ArrayBuffer],
