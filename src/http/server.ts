@@ -1,8 +1,5 @@
-import { readFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createTlsServer } from 'node:https';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import type { SecureVersion } from 'node:tls';
 import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
 import FindMyWay from 'find-my-way';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
@@ -17,6 +14,7 @@ import type { RateLimiter } from '../security/rate-limit.js';
 import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 import { DashboardSessions } from './dashboard-sessions.js';
+import { createNodeServer, type TlsOptions, urlHost } from './node-server.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
@@ -27,11 +25,7 @@ import { DashboardSessions } from './dashboard-sessions.js';
  * credential (auth-gate.ts); with a certificate, it is HTTPS only, TLS 1.3 by default.
  */
 
-export interface TlsOptions {
-  certFile: string;
-  keyFile: string;
-  minVersion: SecureVersion;
-}
+export type { TlsOptions } from './node-server.js';
 
 export interface HttpOptions {
   tls?: TlsOptions;
@@ -73,7 +67,7 @@ const LOCAL_HOSTS = ['localhost', '127.0.0.1', '[::1]'];
 /** Host names the Host and Origin checks accept: localhost, the bound address, the public URL's. */
 function allowedHostnames(host: string, opts: HttpOptions): string[] {
   const names = new Set([...LOCAL_HOSTS, ...(opts.allowedHosts ?? [])]);
-  if (host !== '0.0.0.0' && host !== '::') names.add(host.includes(':') ? `[${host}]` : host);
+  if (host !== '0.0.0.0' && host !== '::') names.add(urlHost(host));
   if (opts.publicUrl) names.add(new URL(opts.publicUrl).hostname);
   return [...names];
 }
@@ -192,17 +186,7 @@ export async function serveHttp(
           .end(JSON.stringify({ error: `INTERNAL: ${String(err)}` })),
     );
   };
-  const server: Server = opts.tls
-    ? createTlsServer(
-        { cert: readFileSync(opts.tls.certFile), key: readFileSync(opts.tls.keyFile), minVersion: opts.tls.minVersion },
-        listener,
-      )
-    : createServer(listener);
-
-  // Idle keep-alive sockets outlive the clients' own pools (undici keeps them ~4 s): a server that
-  // closes first can race a request that the client is just sending on that socket.
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
+  const server = createNodeServer(opts.tls, listener);
   server.maxConnections = maxConnections + REFUSAL_HEADROOM;
 
   await new Promise<void>((resolve, reject) => {
@@ -211,8 +195,7 @@ export async function serveHttp(
   });
   const address = server.address() as AddressInfo;
   const scheme = opts.tls ? 'https' : 'http';
-  const base =
-    opts.publicUrl?.replace(/\/$/, '') ?? `${scheme}://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
+  const base = opts.publicUrl?.replace(/\/$/, '') ?? `${scheme}://${urlHost(host)}:${address.port}`;
   if (authenticator) {
     authenticator.audience ||= `${base}/mcp`;
     gate = createAuthGate(
@@ -244,13 +227,12 @@ export async function serveHttp(
       throw err;
     }
   }
-  const hostPort = (p: number) => `${host.includes(':') ? `[${host}]` : host}:${p}`;
   return {
     server,
     url: `${base}/mcp`,
     auth: authenticator !== undefined,
     oipUrl: `${host}:${address.port}`,
-    ...(dataPlane ? { dataPlane, dataPlaneUrl: hostPort(dataPlane.port) } : {}),
+    ...(dataPlane ? { dataPlane, dataPlaneUrl: `${urlHost(host)}:${dataPlane.port}` } : {}),
     close: async () => {
       await dataPlane?.close();
       await mcp.close();

@@ -100,6 +100,20 @@ function bytesInput(
   return { source: bytesSource(strings.map((v) => Buffer.from(v, 'utf8'))), consumed: 0 };
 }
 
+/**
+ * Where the JSON header ends in a body of `bodyLength` bytes: Inference-Header-Content-Length, or
+ * the whole body without one; INVALID_REQUEST when it is not a byte count within the body.
+ */
+export function headerEnd(headerLength: string | string[] | undefined, bodyLength: number): number {
+  if (headerLength === undefined) return bodyLength;
+  const n = Number(headerLength);
+  if (typeof headerLength !== 'string' || !Number.isSafeInteger(n) || n < 0)
+    throw invalid(`Inference-Header-Content-Length ${JSON.stringify(headerLength)} is not a byte count`);
+  if (n > bodyLength)
+    throw invalid(`Inference-Header-Content-Length is ${n} but the body has only ${bodyLength} bytes`);
+  return n;
+}
+
 export function parseInferRequest(
   body: InferBody,
   headerLength: string | string[] | undefined,
@@ -137,15 +151,7 @@ function parse(
   ctx: DecodeContext,
   releases: (() => void)[],
 ): OipInferRequest {
-  let jsonEnd = body.length;
-  if (headerLength !== undefined) {
-    const n = Number(headerLength);
-    if (typeof headerLength !== 'string' || !Number.isSafeInteger(n) || n < 0)
-      throw invalid(`Inference-Header-Content-Length ${JSON.stringify(headerLength)} is not a byte count`);
-    if (n > body.length)
-      throw invalid(`Inference-Header-Content-Length is ${n} but the body has only ${body.length} bytes`);
-    jsonEnd = n;
-  }
+  const jsonEnd = headerEnd(headerLength, body.length);
   let json: unknown;
   try {
     json = JSON.parse(body.text(0, jsonEnd));

@@ -7,7 +7,7 @@ import type { Gateway } from '../../gateway.js';
 import { errorAnswer, type HttpAnswer, jsonAnswer } from '../../http/answer.js';
 import type { AuthGate } from '../../http/auth-gate.js';
 import { ChunkedBody, type InferBody } from '../../http/body.js';
-import type { TlsOptions } from '../../http/server.js';
+import type { TlsOptions } from '../../http/node-server.js';
 import { type Logger, noLogger } from '../../observability/logger.js';
 import type { RateLimiter } from '../../security/rate-limit.js';
 import { startModuleThread } from '../../threads.js';

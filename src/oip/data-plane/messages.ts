@@ -1,5 +1,5 @@
-import type { SecureVersion } from 'node:tls';
 import type { HttpAnswer } from '../../http/answer.js';
+import type { TlsOptions } from '../../http/node-server.js';
 
 /**
  * What the OIP data plane's threads and the main thread say to each other (data-plane.ts). The
@@ -13,7 +13,7 @@ export interface ThreadOptions {
   host: string;
   /** 0 for the first thread (any free port); the others bind the port it got (SO_REUSEPORT). */
   port: number;
-  tls?: { certFile: string; keyFile: string; minVersion: SecureVersion };
+  tls?: TlsOptions;
   /** Host names the Host and Origin checks accept. */
   hostnames: string[];
   maxBodyBytes: number;

@@ -1,6 +1,5 @@
-import { ftruncateSync, readFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createTlsServer } from 'node:https';
+import { ftruncateSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
@@ -8,7 +7,8 @@ import { FirstFitAllocator } from '../../engines/torch/allocator.js';
 import { tgError } from '../../errors.js';
 import { errorAnswer, type HttpAnswer, jsonAnswer, writeAnswer } from '../../http/answer.js';
 import { type ChunkedBody, readBodyChunks } from '../../http/body.js';
-import { HEADER_LENGTH } from '../infer-codec.js';
+import { createNodeServer } from '../../http/node-server.js';
+import { HEADER_LENGTH, headerEnd } from '../infer-codec.js';
 import type { MainMessage, ThreadMessage, ThreadOptions } from './messages.js';
 
 /**
@@ -59,16 +59,19 @@ function stage(body: ChunkedBody, start: number): number | undefined {
   }
 }
 
-/** The JSON header's end: Inference-Header-Content-Length when it is a byte count within the body. */
-function headerEnd(body: ChunkedBody, headerLength: string | undefined): number {
-  const n = Number(headerLength);
-  return headerLength !== undefined && Number.isSafeInteger(n) && n >= 0 && n <= body.length ? n : body.length;
+/** Where the JSON header ends; the whole body when that is wrong (the main thread's parse says why). */
+function jsonEnd(body: ChunkedBody, headerLength: string | undefined): number {
+  try {
+    return headerEnd(headerLength, body.length);
+  } catch {
+    return body.length;
+  }
 }
 
 /** Bytes of the body in a buffer of their own: a view would carry its whole socket read along. */
 function ownCopy(body: ChunkedBody, start: number, end: number): Uint8Array {
   const out = new Uint8Array(end - start);
-  out.set(body.slice(start, end));
+  body.copyTo(out, start, end);
   return out;
 }
 
@@ -84,11 +87,17 @@ function caller(req: IncomingMessage, id: number, path: string) {
   return { id, path, authorization: req.headers.authorization, remote: req.socket.remoteAddress ?? 'unknown' };
 }
 
-async function infer(req: IncomingMessage, res: ServerResponse, model: string, version: string | undefined) {
+async function infer(
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+  model: string,
+  version: string | undefined,
+) {
   const id = nextId++;
   const body = await readBodyChunks(req, options.maxBodyBytes);
   const headerLength = req.headers[HEADER_LENGTH] as string | undefined;
-  const end = headerEnd(body, headerLength);
+  const end = jsonEnd(body, headerLength);
   let position: number | undefined;
   const large = body.length - end >= options.stageFromBytes;
   if (large) position = stage(body, end);
@@ -98,7 +107,7 @@ async function infer(req: IncomingMessage, res: ServerResponse, model: string, v
     res,
     {
       t: 'infer',
-      ...caller(req, id, (req.url ?? '/').split('?')[0] as string),
+      ...caller(req, id, path),
       model,
       version,
       header,
@@ -123,7 +132,7 @@ function route(req: IncomingMessage, res: ServerResponse): Promise<void> | void 
     const model = decode(match[1] as string);
     const version = match[2] === undefined ? undefined : decode(match[2]);
     const action = match[3];
-    if (req.method === 'POST' && action === '/infer') return infer(req, res, model, version);
+    if (req.method === 'POST' && action === '/infer') return infer(req, res, path, model, version);
     if (req.method === 'GET' && action !== '/infer') {
       const what = action === '/ready' ? 'model-ready' : 'model';
       return ask(res, { t: 'ask', ...caller(req, nextId++, path), what, model, version });
@@ -164,18 +173,7 @@ function fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
   else writeAnswer(res, errorAnswer(err));
 }
 
-const server: Server = options.tls
-  ? createTlsServer(
-      {
-        cert: readFileSync(options.tls.certFile),
-        key: readFileSync(options.tls.keyFile),
-        minVersion: options.tls.minVersion,
-      },
-      listener,
-    )
-  : createServer(listener);
-server.keepAliveTimeout = 65_000;
-server.headersTimeout = 66_000;
+const server = createNodeServer(options.tls, listener);
 server.maxConnections = options.maxConnections;
 
 main.on('message', (message: MainMessage) => {
