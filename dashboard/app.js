@@ -47,6 +47,14 @@ function fmtBytes(bytes) {
   return `${bytes} B`;
 }
 
+/**
+ * A worker's memory: its proportional set size, where the server could read it, else its resident
+ * memory (which counts the pages a forked worker shares with its fork server in every worker).
+ */
+function workerMemory(worker) {
+  return worker.pss_bytes ?? worker.rss_bytes;
+}
+
 function fmtDuration(s) {
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
@@ -263,7 +271,7 @@ function renderVersion(model, v, time) {
   const w = v.window;
   set(entry.state, v.state);
   entry.state.dataset.state = v.state;
-  const rss = v.workers.reduce((a, worker) => a + worker.rss_bytes, 0);
+  const memory = v.workers.reduce((a, worker) => a + workerMemory(worker), 0);
   const gpuMem = v.workers.reduce((a, worker) => a + (worker.gpu_memory_bytes ?? 0), 0);
   set(
     entry.meta,
@@ -271,7 +279,7 @@ function renderVersion(model, v, time) {
       v.device ?? '–',
       `${v.busy}/${v.instances} instances busy`,
       `weights ${fmtBytes(v.loaded_bytes)}`,
-      `workers ${fmtBytes(rss)}${gpuMem ? ` + ${fmtBytes(gpuMem)} GPU` : ''}`,
+      `workers ${fmtBytes(memory)}${gpuMem ? ` + ${fmtBytes(gpuMem)} GPU` : ''}`,
       v.restarts ? `${v.restarts} restarts` : '',
       v.version === model.default_version ? 'default' : '',
     ]
@@ -326,12 +334,12 @@ function renderSummary(s) {
   const rps = all.reduce((a, v) => a + v.window.throughput_rps, 0);
   const requests = all.reduce((a, v) => a + v.window.requests, 0) + s.unattributed.failed;
   const failed = all.reduce((a, v) => a + v.window.failed, 0) + s.unattributed.failed;
-  const rss = all.reduce((a, v) => a + v.workers.reduce((b, w) => b + w.rss_bytes, 0), 0);
+  const memory = all.reduce((a, v) => a + v.workers.reduce((b, w) => b + workerMemory(w), 0), 0);
   const items = [
     ['models', `${s.models.length}`, `${ready}/${all.length} versions ready`],
     ['throughput', `${fmtRate(rps)}/s`, `${requests} requests in ${Math.round(s.window_s)} s`],
     ['errors', requests ? `${((failed / requests) * 100).toFixed(1)}%` : '–', `${failed} failed`],
-    ['worker memory', fmtBytes(rss), 'resident, all workers'],
+    ['worker memory', fmtBytes(memory), 'proportional (PSS), all workers'],
   ];
   const summary = document.getElementById('summary');
   summary.replaceChildren(

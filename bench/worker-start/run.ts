@@ -19,7 +19,8 @@ import { parseArgs } from 'node:util';
 import { defaultConfig } from '../../src/config.js';
 import { forkServerPids } from '../../src/engines/torch/fork-server.js';
 import { Gateway } from '../../src/gateway.js';
-import { memoryRollup, processUsage } from '../../src/metrics/process-usage.js';
+import { ProcessMemory } from '../../src/metrics/process-memory.js';
+import { processUsage } from '../../src/metrics/process-usage.js';
 import { ensureTestModels } from '../../test/helpers/models.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
 import { median, round } from '../mcp-overhead/stats.js';
@@ -41,14 +42,15 @@ interface Usage {
   private_mb: number;
 }
 
-/** CPU time and memory of these processes, summed. */
-function usage(pids: number[]): Usage {
+/** CPU time and memory of these processes, summed (memory read afresh: no reading is reused). */
+async function usage(pids: number[]): Promise<Usage> {
   let cpu = 0;
   let pss = 0;
   let own = 0;
+  const rollups = await new ProcessMemory(0).rollups(pids);
   for (const pid of pids) {
     cpu += processUsage(pid)?.cpuSeconds ?? 0;
-    const memory = memoryRollup(pid);
+    const memory = rollups.get(pid);
     pss += memory?.pssBytes ?? 0;
     own += memory?.privateBytes ?? 0;
   }
@@ -71,7 +73,7 @@ async function measure(mode: WorkerStartMode, modelDir: string): Promise<WorkerS
     const pids = gateway.poolStats(MODEL, '1')?.pids ?? [];
     if (pids.length !== instances) throw new Error(`${pids.length} workers, not ${instances}`);
     const servers = mode === 'fork' ? forkServerPids() : [];
-    const all = usage([...pids, ...servers]);
+    const all = await usage([...pids, ...servers]);
     const restarts: number[] = [];
     for (const pid of pids) {
       const t = performance.now();
@@ -97,7 +99,7 @@ async function measure(mode: WorkerStartMode, modelDir: string): Promise<WorkerS
       restart_p50_ms: round(median(restarts), 1),
       restart_max_ms: round(Math.max(...restarts), 1),
       ...all,
-      ...(servers.length ? { fork_server: usage(servers) } : {}),
+      ...(servers.length ? { fork_server: await usage(servers) } : {}),
     };
   } finally {
     await gateway.close();

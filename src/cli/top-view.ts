@@ -1,4 +1,4 @@
-import type { ServerSnapshot, VersionSnapshot } from '../metrics/snapshot.js';
+import type { ServerSnapshot, VersionSnapshot, WorkerSnapshot } from '../metrics/snapshot.js';
 
 /**
  * What `tensorgate top` shows, as lines of text: a header (uptime, rates, totals, GPUs), one row
@@ -156,8 +156,13 @@ const COLUMNS: Column[] = [
     priority: 5,
     cell: ({ v }) => ({ text: v.window.succeeded > 0 ? v.window.batch_size_avg.toFixed(1) : '-' }),
   },
-  { title: 'RSS', align: 'right', priority: 5, cell: ({ v }) => ({ text: memory(v, 'rss_bytes') }) },
-  { title: 'GPU MEM', align: 'right', priority: 2, cell: ({ v }) => ({ text: memory(v, 'gpu_memory_bytes') }) },
+  {
+    title: 'MEM',
+    align: 'right',
+    priority: 5,
+    cell: ({ v }) => ({ text: memory(v, (w) => w.pss_bytes ?? w.rss_bytes) }),
+  },
+  { title: 'GPU MEM', align: 'right', priority: 2, cell: ({ v }) => ({ text: memory(v, (w) => w.gpu_memory_bytes) }) },
   {
     title: 'RESTARTS',
     align: 'right',
@@ -274,9 +279,14 @@ function errors(v: VersionSnapshot): Segment {
   return { text: `${percent(w.error_rate)}${top ? ` ${top.code}` : ''}`, sgr: '31' };
 }
 
-function memory(v: VersionSnapshot, field: 'rss_bytes' | 'gpu_memory_bytes'): string {
+/**
+ * A figure of the version's workers, summed. MEM is their proportional set size (resident memory
+ * where it cannot be read): resident memory counts the pages forked workers share with their
+ * fork server once in each of them.
+ */
+function memory(v: VersionSnapshot, of: (w: WorkerSnapshot) => number | undefined): string {
   if (v.workers.length === 0) return '-';
-  return bytes(v.workers.reduce((sum, w) => sum + (w[field] ?? 0), 0));
+  return bytes(v.workers.reduce((sum, w) => sum + (of(w) ?? 0), 0));
 }
 
 /** The stage that took the largest share of the mean request, e.g. "compute 62%". */

@@ -169,8 +169,12 @@ export function registerDashboardRoutes(router: Router, gateway: Gateway, login?
 
   router.on('GET', '/dashboard/api/snapshot', (req, res) => {
     if (!mayReadMetrics(gateway, req, res)) return;
-    const body = JSON.stringify(serverSnapshot(gateway, windowMs(req)));
-    res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
+    void serverSnapshot(gateway, windowMs(req)).then((snapshot) => {
+      if (res.destroyed) return;
+      res
+        .writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+        .end(JSON.stringify(snapshot));
+    });
   });
 
   router.on('GET', '/dashboard/api/events', (req, res) => {
@@ -181,7 +185,10 @@ export function registerDashboardRoutes(router: Router, gateway: Gateway, login?
       'cache-control': 'no-store',
       connection: 'keep-alive',
     });
-    const send = () => res.write(`event: snapshot\ndata: ${JSON.stringify(serverSnapshot(gateway, window))}\n\n`);
+    const send = () =>
+      void serverSnapshot(gateway, window).then((snapshot) => {
+        if (!res.writableEnded && !res.destroyed) res.write(`event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n`);
+      });
     // The credential was checked when the stream opened; check it again before each snapshot so
     // that a revoked key or an expired JWT ends a stream that would otherwise run for days.
     const credential = req.auth?.token;

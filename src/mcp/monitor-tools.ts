@@ -39,7 +39,11 @@ const ConciseOut = z.object({
   top_errors: z.array(z.object({ code: z.string(), count: z.number() })),
   avg_batch: z.number().describe('average rows per forward pass serving a request'),
   queued: z.number(),
-  memory_bytes: z.number().describe('resident memory of the workers'),
+  memory_bytes: z
+    .number()
+    .describe(
+      "the workers' memory: their proportional set size (their own pages and their share of those shared with the fork server), or resident memory where that cannot be read",
+    ),
   loaded_bytes: z.number().optional().describe('parameters and buffers held'),
 });
 
@@ -57,6 +61,7 @@ const FullOut = ConciseOut.extend({
     z.object({
       pid: z.number(),
       rss_bytes: z.number(),
+      pss_bytes: z.number().optional(),
       cpu_seconds: z.number(),
       gpu_memory_bytes: z.number().optional(),
     }),
@@ -84,7 +89,7 @@ function row(model: string, v: VersionSnapshot, full: boolean) {
     top_errors: w.top_errors,
     avg_batch: w.batch_size_avg,
     queued: v.queued,
-    memory_bytes: v.workers.reduce((sum, worker) => sum + worker.rss_bytes, 0),
+    memory_bytes: v.workers.reduce((sum, worker) => sum + (worker.pss_bytes ?? worker.rss_bytes), 0),
     ...(v.loaded_bytes !== undefined ? { loaded_bytes: v.loaded_bytes } : {}),
   };
   if (!full) return concise;
@@ -200,7 +205,7 @@ export function registerMonitorTools(server: McpServer, gateway: Gateway): void 
           gateway.access.check(caller, 'read', 'model', model);
           gateway.modelConfig(model); // MODEL_NOT_FOUND before any work
         }
-        const snapshot = serverSnapshot(gateway, (window_s ?? DEFAULT_WINDOW_S) * 1000);
+        const snapshot = await serverSnapshot(gateway, (window_s ?? DEFAULT_WINDOW_S) * 1000);
         const models: ModelSnapshot[] = snapshot.models.filter(
           (m) => (model === undefined || m.name === model) && gateway.access.can(caller, 'read', 'model', m.name),
         );

@@ -23,27 +23,3 @@ export function processUsage(pid: number): ProcessUsage | undefined {
     return undefined;
   }
 }
-
-/** What /proc/PID/smaps_rollup says of one process's memory. */
-export interface MemoryRollup {
-  /**
-   * Proportional set size: its private pages plus its share of each page it shares, so that the
-   * sum over processes is the memory they hold together. Resident memory counts a shared page
-   * whole in every process, which overstates forked workers, whose torch pages are their fork
-   * server's.
-   */
-  pssBytes: number;
-  /** Pages no other process maps (clean and dirty). */
-  privateBytes: number;
-}
-
-/** Undefined when the process is gone (or /proc is not there). */
-export function memoryRollup(pid: number): MemoryRollup | undefined {
-  try {
-    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'latin1');
-    const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(rollup)?.[1] ?? 0) * 1024;
-    return { pssBytes: kb('Pss'), privateBytes: kb('Private_Clean') + kb('Private_Dirty') };
-  } catch {
-    return undefined;
-  }
-}

@@ -5,7 +5,8 @@ import type { ModelSummaryInfo, StageTimings } from '../gateway.js';
 import type { ModelPool } from '../scheduler/model-pool.js';
 import { type CounterSeries, FastCounter, FastHistogram, type HistogramSeries } from './fast-metrics.js';
 import type { GpuSample, GpuSnapshot } from './gpu.js';
-import { memoryRollup, processUsage } from './process-usage.js';
+import { processMemory } from './process-memory.js';
+import { processUsage } from './process-usage.js';
 
 /**
  * Prometheus metrics for `/metrics` (prom-client, on a registry of its own). Request counters and
@@ -338,10 +339,14 @@ export class PrometheusMetrics {
       help: 'Proportional set size of each worker process: its own pages and its share of those it shares with its fork server and siblings (their sum is what the workers hold)',
       labelNames: ['model', 'version', 'pid'],
       registers,
-      collect() {
+      // Read off the main thread (process-memory.ts), then set at once: a scrape that comes
+      // meanwhile does not interleave its reset with these values.
+      async collect() {
+        const pids = workerPids();
+        const rollups = await processMemory.rollups(pids.map((w) => w.pid));
         this.reset();
-        for (const w of workerPids()) {
-          const memory = memoryRollup(w.pid);
+        for (const w of pids) {
+          const memory = rollups.get(w.pid);
           if (memory) this.set({ model: w.model, version: w.version, pid: String(w.pid) }, memory.pssBytes);
         }
       },
@@ -351,12 +356,10 @@ export class PrometheusMetrics {
       help: 'Proportional set size of each fork server the workers are forked from (torch, imported once)',
       labelNames: ['pid'],
       registers,
-      collect() {
+      async collect() {
+        const rollups = await processMemory.rollups(forkServerPids());
         this.reset();
-        for (const pid of forkServerPids()) {
-          const memory = memoryRollup(pid);
-          if (memory) this.set({ pid: String(pid) }, memory.pssBytes);
-        }
+        for (const [pid, memory] of rollups) this.set({ pid: String(pid) }, memory.pssBytes);
       },
     });
     new Gauge({

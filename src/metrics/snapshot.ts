@@ -4,6 +4,7 @@ import type { VersionState } from '../scheduler/model-manager.js';
 import type { RunListing } from '../training/training-control.js';
 import { VERSION } from '../version.js';
 import type { GpuSample } from './gpu.js';
+import { processMemory } from './process-memory.js';
 import { processUsage } from './process-usage.js';
 import { round, type WindowSummary } from './request-window.js';
 
@@ -16,6 +17,12 @@ import { round, type WindowSummary } from './request-window.js';
 export interface WorkerSnapshot {
   pid: number;
   rss_bytes: number;
+  /**
+   * Proportional set size: the worker's own pages and its share of those it shares (a forked
+   * worker shares torch's with its fork server and siblings), so that the workers' sum is what
+   * they hold together. Absent where /proc/PID/smaps_rollup cannot be read.
+   */
+  pss_bytes?: number;
   cpu_seconds: number;
   /** Present when a GPU is and the process holds memory on it. */
   gpu_memory_bytes?: number;
@@ -69,7 +76,12 @@ export interface ServerSnapshot {
   jobs: JobInfo[];
 }
 
-export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapshot {
+export async function serverSnapshot(gateway: Gateway, windowMs: number): Promise<ServerSnapshot> {
+  // The workers' memory is read off the main thread first (process-memory.ts); everything else is
+  // taken after that wait, at one moment. A worker restarted meanwhile shows no pss_bytes.
+  const memory = await processMemory.rollups(
+    gateway.listModels().flatMap((m) => m.versions.flatMap((v) => v.stats?.pids ?? [])),
+  );
   const now = Date.now();
   const gpu = gateway.gpu.snapshot;
   const models = gateway.listModels().map((m) => ({
@@ -83,10 +95,12 @@ export function serverSnapshot(gateway: Gateway, windowMs: number): ServerSnapsh
         const usage = processUsage(pid);
         if (!usage) return [];
         const gpuBytes = gpu?.processMemoryBytes.get(pid);
+        const pss = memory.get(pid)?.pssBytes;
         return [
           {
             pid,
             rss_bytes: usage.rssBytes,
+            ...(pss !== undefined ? { pss_bytes: pss } : {}),
             cpu_seconds: usage.cpuSeconds,
             ...(gpuBytes !== undefined ? { gpu_memory_bytes: gpuBytes } : {}),
           },

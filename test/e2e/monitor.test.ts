@@ -22,7 +22,7 @@ interface Row {
   memory_bytes: number;
   loaded_bytes?: number;
   stages_ms?: Record<string, { p50: number }>;
-  workers?: { pid: number; rss_bytes: number }[];
+  workers?: { pid: number; rss_bytes: number; pss_bytes?: number }[];
 }
 
 interface Explained {
@@ -96,7 +96,16 @@ describe('get_metrics', () => {
     assert.ok(Math.abs(row.error_rate - 1 / 6) < 0.01, String(row.error_rate));
     assert.deepEqual(row.top_errors, [{ code: 'SHAPE_MISMATCH', count: 1 }]);
     assert.equal(row.avg_batch, 2);
-    assert.ok(row.memory_bytes > 10 * 2 ** 20, 'worker RSS is reported');
+    // The workers' proportional memory: a forked worker's share of the torch pages it shares with
+    // its fork server and siblings, not those pages whole as its resident memory counts them.
+    const workers = row.workers ?? [];
+    assert.ok(workers.length > 0 && workers.every((w) => w.pss_bytes !== undefined), JSON.stringify(workers));
+    assert.ok(workers.every((w) => (w.pss_bytes as number) > 0 && (w.pss_bytes as number) <= w.rss_bytes));
+    assert.equal(
+      row.memory_bytes,
+      workers.reduce((sum, w) => sum + (w.pss_bytes as number), 0),
+    );
+    assert.ok(row.memory_bytes > 10 * 2 ** 20, 'worker memory is reported');
     assert.ok((row.loaded_bytes ?? 0) > 0, 'parameter bytes are reported');
     assert.ok((row.stages_ms?.compute?.p50 ?? 0) > 0);
     assert.match(text, /tabular-classifier@1 ready: 6 req/);

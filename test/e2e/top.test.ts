@@ -63,7 +63,7 @@ describe('tensorgate top', { timeout: 300_000 }, () => {
     for (const p of ['P50 MS', 'P90 MS', 'P99 MS']) assert.ok(Number(tabular[p]) > 0, `${p}: ${tabular[p]}`);
     assert.match(tabular['ERR%'] ?? '', /^25% \w+$/, 'one failure in four, with its code');
     assert.ok(Number(tabular.BATCH) >= 1);
-    assert.match(tabular.RSS ?? '', /^\d+(\.\d)?[KMG]$/);
+    assert.match(tabular.MEM ?? '', /^\d+(\.\d)?[KMG]$/);
     assert.match(tabular['TOP STAGE'] ?? '', /^(decode|queue|transfer|compute|encode) \d+%$/);
 
     // Every registered version has a row; an idle one shows dashes, not zeros.

@@ -150,7 +150,7 @@ describe('renderTop', () => {
     assert.equal(lines[1], 'last 60 s: 3.10 req/s, 4.3% errors · since start: 1200 ok, 14 failed, 2400 inferences');
     assert.match(text, /no model: 2 failed \(MODEL_NOT_FOUND 2\)/);
     const heading = lines.find((l) => l.startsWith('MODEL@VERSION')) as string;
-    for (const title of ['STATE', 'INST', 'QUEUE', 'REQ/S', 'P50 MS', 'P90 MS', 'P99 MS', 'ERR%', 'BATCH', 'RSS'])
+    for (const title of ['STATE', 'INST', 'QUEUE', 'REQ/S', 'P50 MS', 'P90 MS', 'P99 MS', 'ERR%', 'BATCH', 'MEM'])
       assert.ok(heading.includes(title), title);
     const row = lines.find((l) => l.startsWith('tabular-classifier@1')) as string;
     assert.match(row, /ready\s+cpu\s+1\/2\s+3\s+3\.10\s+1\.60\s+2\.90\s+10\.9\s+3\.2% SHAPE_MISMATCH\s+1\.4\s+237M/);
@@ -217,11 +217,14 @@ describe('renderTop', () => {
     ];
     const tabular = s.models[0]?.versions[0] as VersionSnapshot;
     tabular.device = 'cuda:0';
-    tabular.workers = [{ pid: 1, rss_bytes: 900 * MiB, cpu_seconds: 1, gpu_memory_bytes: 1536 * MiB }];
+    // MEM is the proportional set size where the server read it (the first row's resident memory above).
+    tabular.workers = [
+      { pid: 1, rss_bytes: 900 * MiB, pss_bytes: 310 * MiB, cpu_seconds: 1, gpu_memory_bytes: 1536 * MiB },
+    ];
     const lines = renderTop(s, { width: 220 });
     assert.ok(lines.includes('GPU 0 NVIDIA H200: 34% busy, 12.0/141.0 GiB'));
     assert.match(lines.find((l) => l.startsWith('MODEL@')) as string, /GPU MEM/);
-    assert.match(lines.find((l) => l.startsWith('tabular-classifier@1')) as string, /cuda:0.*900M\s+1\.5G/);
+    assert.match(lines.find((l) => l.startsWith('tabular-classifier@1')) as string, /cuda:0.*310M\s+1\.5G/);
   });
 
   it('says so when no model is registered', () => {
