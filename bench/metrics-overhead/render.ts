@@ -25,6 +25,21 @@ interface MetricsOverheadResult {
     cpu_overhead_us?: number;
     cpu_overhead_percent?: number;
   };
+  /** Runs since the scrape was measured. */
+  scrape?: {
+    scrapes: number;
+    processes_read: number;
+    call_alone_ms: Spread;
+    call_during_scrape_ms: Spread;
+    scrape_ms: Spread;
+    loop_wait_ms: Spread;
+    sync_rollup_read_ms: Spread;
+  };
+}
+
+interface Spread {
+  p50: number;
+  max: number;
 }
 
 type Mode = { median_of_round_p50s: number; round_p50s: number[]; p99: number };
@@ -73,6 +88,7 @@ export function renderMetricsOverhead(files: unknown[]): string {
     `Overhead (${differenceOf(r)}): **${r.overhead_us} µs per request (${r.overhead_percent}%)**${cpu(r)}; \`recordSuccess\` alone (every counter and histogram a request updates) takes ${r.record_success_us} µs in a tight loop${r.window_record_us !== undefined ? `, a window record ${r.window_record_us} µs` : ''}. Target: within 2% or 20 µs per request.`,
     '',
     ...(r.logging ? loggingSection(r.logging) : []),
+    ...(r.scrape ? scrapeSection(r.scrape) : []),
   ].join('\n');
 }
 
@@ -85,4 +101,26 @@ function loggingSection(l: NonNullable<MetricsOverheadResult['logging']>): strin
     `Overhead: **${l.overhead_us} µs per request (${l.overhead_percent}%)**${cpu(l)}; one request record alone takes ${l.log_record_us} µs in a tight loop.`,
     '',
   ];
+}
+
+function scrapeSection(s: NonNullable<MetricsOverheadResult['scrape']>): string[] {
+  const row = (label: string, x: Spread) => `| ${label} | ${x.p50} | ${x.max} |`;
+  return [
+    `A scrape of \`/metrics\` in the same run, ${s.scrapes} times, each more than a second after the last, so that each reads the \`/proc/PID/smaps_rollup\` of the ${s.processes_read} processes (the workers of every demo model and their fork server) afresh: a call alone, the scrape alone, a call in flight when a scrape begins, and how long a timer set as the scrape begins waits for the event loop. Each call comes after a second without one, so the worker wakes cold: slower than the calls above. For scale, the same ${s.processes_read} files read synchronously on this thread, as a scrape read them before \`src/metrics/process-memory.ts\` ([metrics.md](metrics.md)).`,
+    '',
+    '| measure | p50 ms | max ms |',
+    '| --- | ---: | ---: |',
+    row('call alone', s.call_alone_ms),
+    row('call in flight during a scrape', s.call_during_scrape_ms),
+    row('scrape', s.scrape_ms),
+    row('event loop wait as a scrape begins', s.loop_wait_ms),
+    row(`reading the ${s.processes_read} rollups synchronously`, s.sync_rollup_read_ms),
+    '',
+    `A call in flight during a scrape takes ${round2(s.call_during_scrape_ms.p50 / s.call_alone_ms.p50)}x a call alone at p50; the event loop waits ${s.loop_wait_ms.p50} ms, against the ${s.sync_rollup_read_ms.p50} ms the synchronous reads alone would hold it.`,
+    '',
+  ];
+}
+
+function round2(x: number): number {
+  return Math.round(x * 100) / 100;
 }

@@ -15,11 +15,12 @@
  * call. Also: `recordSuccess`, a window record and one request record alone in a tight loop.
  * Results go to bench/results/metrics-overhead-<time>.json; bench/report.ts renders them.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { defaultConfig } from '../../src/config.js';
+import { forkServerPids } from '../../src/engines/torch/fork-server.js';
 import { Gateway } from '../../src/gateway.js';
 import { createLogging } from '../../src/observability/logging.js';
 import { tensorSource } from '../../src/tensor/source.js';
@@ -27,6 +28,8 @@ import { machineInfo } from '../mcp-overhead/machine.js';
 import { distribution, median, round } from '../mcp-overhead/stats.js';
 
 type Mode = 'on' | 'off' | 'logged' | 'unlogged';
+/** Scrapes measured, each with its calls (about 2.3 s apiece: the readings' age limit twice). */
+const SCRAPES = 15;
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const { values: opts } = parseArgs({
@@ -91,6 +94,7 @@ async function main(): Promise<void> {
   }
   gateway.metrics.enabled = true;
   logs.pino.level = 'warn';
+  const scrape = await scrapes(gateway, call);
   const timings = {
     decode_ms: 0.01,
     queue_ms: 0.02,
@@ -171,6 +175,7 @@ async function main(): Promise<void> {
       ...paired('logged', 'unlogged'),
       log_record_us: round(logRecordUs, 2),
     },
+    scrape,
   };
   const out =
     opts.out ??
@@ -181,6 +186,65 @@ async function main(): Promise<void> {
     `metrics on p50 ${on.median_of_round_p50s} ms, off ${off.median_of_round_p50s} ms: ${result.overhead_us} us (${result.overhead_percent}%) latency, ${result.cpu_overhead_us} us (${result.cpu_overhead_percent}%) CPU; recordSuccess alone ${result.record_success_us} us\n` +
       `request log on p50 ${logged.median_of_round_p50s} ms, off ${unlogged.median_of_round_p50s} ms: ${result.logging.overhead_us} us (${result.logging.overhead_percent}%) latency, ${result.logging.cpu_overhead_us} us (${result.logging.cpu_overhead_percent}%) CPU; one record alone ${result.logging.log_record_us} us\n`,
   );
+}
+
+/**
+ * What a /metrics scrape costs the calls it overlaps: for each of SCRAPES rounds, a call alone, a
+ * scrape alone, and a call in flight when a scrape begins; how long a timer set as the scrape
+ * begins waits for the event loop; and, for scale, reading every worker's and fork server's
+ * /proc/PID/smaps_rollup synchronously on this thread, as scrapes did before
+ * src/metrics/process-memory.ts.
+ */
+async function scrapes(gateway: Gateway, call: () => Promise<unknown>) {
+  const pids = [
+    ...gateway.listModels().flatMap((m) => m.versions.flatMap((v) => v.stats?.pids ?? [])),
+    ...forkServerPids(),
+  ];
+  const alone: number[] = [];
+  const during: number[] = [];
+  const scrapeMs: number[] = [];
+  const loopWait: number[] = [];
+  const syncRead: number[] = [];
+  const timed = async (work: () => Promise<unknown>) => {
+    const start = performance.now();
+    await work();
+    return performance.now() - start;
+  };
+  for (let i = 0; i < SCRAPES; i++) {
+    alone.push(await timed(call));
+    scrapeMs.push(await timed(() => gateway.metrics.render()));
+    // Past the readings' age limit (1 s), so that each scrape reads /proc afresh.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    // A call in flight when the scrape begins: its answer is handled once the event loop is free.
+    const calling = timed(call);
+    const start = performance.now();
+    const rendered = gateway.metrics.render();
+    const ticked = new Promise<void>((resolve) =>
+      setTimeout(() => {
+        loopWait.push(performance.now() - start);
+        resolve();
+      }, 0),
+    );
+    during.push(await calling);
+    await Promise.all([rendered, ticked]);
+    const readStart = performance.now();
+    for (const pid of pids) readFileSync(`/proc/${pid}/smaps_rollup`, 'latin1');
+    syncRead.push(performance.now() - readStart);
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+  }
+  const result = {
+    scrapes: SCRAPES,
+    processes_read: pids.length,
+    call_alone_ms: distribution(alone),
+    call_during_scrape_ms: distribution(during),
+    scrape_ms: distribution(scrapeMs),
+    loop_wait_ms: distribution(loopWait),
+    sync_rollup_read_ms: distribution(syncRead),
+  };
+  process.stderr.write(
+    `scrape: call alone p50 ${result.call_alone_ms.p50} ms, during a scrape ${result.call_during_scrape_ms.p50} ms; loop waits ${result.loop_wait_ms.p50} ms; reading ${pids.length} rollups on this thread ${result.sync_rollup_read_ms.p50} ms\n`,
+  );
+  return result;
 }
 
 main().catch((err: unknown) => {
