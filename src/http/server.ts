@@ -1,6 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
 import FindMyWay from 'find-my-way';
 import { asTensorgateError, type TensorgateError, tgError } from '../errors.js';
 import type { Gateway } from '../gateway.js';
@@ -14,7 +13,7 @@ import type { RateLimiter } from '../security/rate-limit.js';
 import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 import { DashboardSessions } from './dashboard-sessions.js';
-import { createNodeServer, type TlsOptions, urlHost } from './node-server.js';
+import { createNodeServer, requestGuard, type TlsOptions, urlHost } from './node-server.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
@@ -133,8 +132,7 @@ export async function serveHttp(
   );
 
   const hostnames = allowedHostnames(host, opts);
-  const validateHost = hostHeaderValidation(hostnames);
-  const validateOrigin = originValidation(hostnames);
+  const guard = requestGuard(hostnames);
   let gate: ReturnType<typeof createAuthGate> | undefined;
   const maxConnections = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
   // Sockets that have been served, counted from their first request until they close.
@@ -173,7 +171,7 @@ export async function serveHttp(
   };
   const listener = (req: IncomingMessage, res: ServerResponse) => {
     if (!admitConnection(req, res)) return;
-    if (!validateHost(req, res) || !validateOrigin(req, res)) return;
+    if (!guard(req, res)) return;
     if (!gate) {
       route(req, res);
       return;

@@ -180,6 +180,24 @@ describe('the OIP data plane', { timeout: 300_000 }, () => {
     );
   });
 
+  it('refuses a Host or an Origin it does not serve on both ports (DNS rebinding), a good Host accepted again and again', async () => {
+    for (const base of [handle.oipUrl, data]) {
+      const port = base.split(':')[1];
+      const ready = (headers: Record<string, string>) => send(base, 'GET', '/v2/health/ready', undefined, headers);
+      for (let i = 0; i < 3; i++) {
+        assert.equal((await ready({ host: `127.0.0.1:${port}` })).status, 200, base);
+        assert.equal((await ready({ host: `localhost:${port}` })).status, 200, base);
+        const rebound = await ready({ host: `attacker.example:${port}` });
+        assert.equal(rebound.status, 403, base);
+        assert.match(JSON.stringify(rebound.json), /attacker\.example|[Hh]ost/);
+        const foreign = await ready({ host: `127.0.0.1:${port}`, origin: 'http://attacker.example' });
+        assert.equal(foreign.status, 403, base);
+        const local = await ready({ host: `127.0.0.1:${port}`, origin: `http://localhost:${port}` });
+        assert.equal(local.status, 200, base);
+      }
+    }
+  });
+
   it('answers JSON data, metadata and readiness as the main port does', async () => {
     const body = Buffer.from(
       JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 4], data: [1, 2, 3, 4] }] }),

@@ -2,12 +2,11 @@ import { ftruncateSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
-import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
 import { FirstFitAllocator } from '../../engines/torch/allocator.js';
 import { tgError } from '../../errors.js';
 import { errorAnswer, type HttpAnswer, jsonAnswer, writeAnswer } from '../../http/answer.js';
 import { type ChunkedBody, readBodyChunks } from '../../http/body.js';
-import { createNodeServer } from '../../http/node-server.js';
+import { createNodeServer, requestGuard } from '../../http/node-server.js';
 import { HEADER_LENGTH, headerEnd } from '../infer-codec.js';
 import type { MainMessage, ThreadMessage, ThreadOptions } from './messages.js';
 
@@ -155,11 +154,10 @@ function decode(segment: string): string {
   }
 }
 
-const validateHost = hostHeaderValidation(options.hostnames);
-const validateOrigin = originValidation(options.hostnames);
+const guard = requestGuard(options.hostnames);
 
 function listener(req: IncomingMessage, res: ServerResponse): void {
-  if (!validateHost(req, res) || !validateOrigin(req, res)) return;
+  if (!guard(req, res)) return;
   try {
     Promise.resolve(route(req, res)).catch((err: unknown) => fail(req, res, err));
   } catch (err) {
