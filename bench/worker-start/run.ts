@@ -47,12 +47,14 @@ async function usage(pids: number[]): Promise<Usage> {
   let cpu = 0;
   let pss = 0;
   let own = 0;
-  const rollups = await new ProcessMemory(0).rollups(pids);
+  const memory = new ProcessMemory(0);
+  const rollups = await memory.rollups(pids);
+  await memory.close();
   for (const pid of pids) {
     cpu += processUsage(pid)?.cpuSeconds ?? 0;
-    const memory = rollups.get(pid);
-    pss += memory?.pssBytes ?? 0;
-    own += memory?.privateBytes ?? 0;
+    const rollup = rollups.get(pid);
+    pss += rollup?.pssBytes ?? 0;
+    own += rollup?.privateBytes ?? 0;
   }
   const mb = (bytes: number) => round(bytes / 2 ** 20, 1);
   return { cpu_s: round(cpu, 2), pss_mb: mb(pss), private_mb: mb(own) };
