@@ -1,4 +1,4 @@
-import { closeSync, readFileSync } from 'node:fs';
+import { closeSync } from 'node:fs';
 import { extname } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { GatewayConfig } from '../config.js';
@@ -9,11 +9,9 @@ import { openAllowedFile } from '../security/confined-files.js';
 import { base64Source } from '../tensor/base64.js';
 import { isDType } from '../tensor/dtype.js';
 import { fromNestedArray } from '../tensor/nested.js';
-import { decodeSafetensors } from '../tensor/safetensors.js';
 import { reshapeSource, type TensorSource, tensorSource } from '../tensor/source.js';
 import { TENSOR_URI_PREFIX, type TensorStore } from '../tensor/store.js';
-import type { Tensor } from '../tensor/tensor.js';
-import { npyFileSource } from '../tensor/tensor-file.js';
+import { npyFileSource, safetensorsFileSource } from '../tensor/tensor-file.js';
 import { TENSOR_INPUT_FORMS } from './inference-request.js';
 
 /**
@@ -149,8 +147,9 @@ function readTensorFile(spec: TensorSpec, path: string, key: string | undefined,
     try {
       // .npy: the header is checked now, the data read later straight into shared memory.
       if (ext === '.npy') return npyFileSource(file, fd);
+      // .safetensors: the header is checked now, the chosen tensor's bytes read later as .npy's are.
       if (ext === '.safetensors')
-        return tensorSource(pickSafetensor(spec, decodeSafetensors(readFileSync(fd)), key, path));
+        return safetensorsFileSource(file, fd, (names) => pickSafetensor(spec, names, key, path));
     } catch (err) {
       throw withInputName(err, spec.name);
     }
@@ -160,17 +159,17 @@ function readTensorFile(spec: TensorSpec, path: string, key: string | undefined,
   }
 }
 
-function pickSafetensor(spec: TensorSpec, tensors: Map<string, Tensor>, key: string | undefined, path: string): Tensor {
-  const wanted = key ?? (tensors.size === 1 ? (tensors.keys().next().value as string) : spec.name);
-  const tensor = tensors.get(wanted);
-  if (!tensor) {
+/** Which of a .safetensors file's tensors an input takes: `key`, the only one, or the input's name. */
+function pickSafetensor(spec: TensorSpec, names: string[], key: string | undefined, path: string): string {
+  const wanted = key ?? (names.length === 1 ? (names[0] as string) : spec.name);
+  if (!names.includes(wanted)) {
     throw tgError(
       'BAD_TENSOR',
-      `input "${spec.name}": ${path} has no tensor "${wanted}"; it holds ${[...tensors.keys()].join(', ')}. Pass "key" to choose one`,
-      { input: spec.name, keys: [...tensors.keys()] },
+      `input "${spec.name}": ${path} has no tensor "${wanted}"; it holds ${names.join(', ')}. Pass "key" to choose one`,
+      { input: spec.name, keys: names },
     );
   }
-  return tensor;
+  return wanted;
 }
 
 /** Checks dtype and shape against the declared spec; adds a missing dynamic batch dimension. */

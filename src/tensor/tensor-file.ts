@@ -2,9 +2,9 @@ import { closeSync, readSync } from 'node:fs';
 import { tgError } from '../errors.js';
 import { type AllowedFile, reopenAllowedFile } from '../security/confined-files.js';
 import { parseNpyLayout, type TensorLayout } from './npy.js';
-import { parseSafetensorsLayouts, safetensorsHeaderBytes } from './safetensors.js';
+import { decodeSafetensors, parseSafetensorsLayouts, safetensorsHeaderBytes } from './safetensors.js';
 import { type TensorSource, tensorSource } from './source.js';
-import { makeTensor } from './tensor.js';
+import { makeTensor, type Tensor } from './tensor.js';
 
 /**
  * Arrays in files, read without loading the file whole. A `.npy` file as a tensor source: the
@@ -25,6 +25,28 @@ export function npyFileSource(file: AllowedFile, fd: number): TensorSource {
   // A small file came in whole with the header: keep its data rather than open it a second time.
   if (head.byteLength === file.size) return tensorSource(makeTensor(dtype, shape, head.subarray(dataStart)));
   return fileSpanSource(file, dataStart, dataBytes, file.path, { dtype, shape });
+}
+
+/**
+ * One tensor of a `.safetensors` file as a source, as `npyFileSource` makes one of a `.npy` file:
+ * the header is read and checked now (every tensor, against the file's size), the chosen tensor's
+ * bytes later, straight into their destination; a file of at most 4 KiB is read whole now.
+ * `choose` names the tensor from the file's (or throws). `fd`: `file` opened for reading; the
+ * caller closes it.
+ */
+export function safetensorsFileSource(
+  file: AllowedFile,
+  fd: number,
+  choose: (names: string[]) => string,
+): TensorSource {
+  if (file.size <= FIRST_READ) {
+    const tensors = decodeSafetensors(readAt(fd, Buffer.allocUnsafe(file.size), 0));
+    return tensorSource(tensors.get(choose([...tensors.keys()])) as Tensor);
+  }
+  const layouts = readSafetensorsLayouts(fd, file.size);
+  const name = choose([...layouts.keys()]);
+  const { dtype, shape, dataStart, dataBytes } = layouts.get(name) as TensorLayout;
+  return fileSpanSource(file, dataStart, dataBytes, `${file.path} tensor "${name}"`, { dtype, shape });
 }
 
 /**

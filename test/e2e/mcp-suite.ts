@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { decodeNpy } from '../../src/tensor/npy.js';
+import { encodeSafetensors } from '../../src/tensor/safetensors.js';
 import { toNumbers } from '../../src/tensor/tensor.js';
 import { type Connected, connect, type TransportKind } from '../helpers/mcp.js';
 import { PYTHON, referenceForward } from '../helpers/models.js';
@@ -190,6 +191,24 @@ export function defineMcpSuite(kind: TransportKind): void {
         assert.deepEqual(out.shape, [1, 10], form);
         assertClose(await readTensor(client, out.uri), expected);
       }
+    });
+
+    it("takes one tensor of a .safetensors file holding several: by key, by the input's name, else says which it holds", async () => {
+      const expected = readNpy(join(dir, 'ref1-logits.npy'));
+      const image = decodeNpy(readFileSync(join(dir, 'image.npy')));
+      const noise = { dtype: 'float32' as const, shape: [2, 2], data: new Uint8Array(16) };
+      const path = join(dir, 'several.safetensors');
+      writeFileSync(path, encodeSafetensors({ pixels: image, image, noise }));
+      for (const input of [{ path, key: 'pixels' }, { path }]) {
+        const result = await infer(client, { model: 'image-classifier', inputs: { image: input } });
+        assertClose(await readTensor(client, result.outputs[0]?.uri as string), expected);
+      }
+      await expectError(
+        client,
+        { model: 'image-classifier', inputs: { image: { path, key: 'nope' } } },
+        'BAD_TENSOR',
+        /has no tensor "nope"; it holds .*pixels.*Pass "key"/,
+      );
     });
 
     it('accepts a large JSON array but says what it cost and what to send instead', async () => {

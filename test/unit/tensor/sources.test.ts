@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import { openAllowedFile } from '../../../src/security/confined-files.js';
 import { base64Source } from '../../../src/tensor/base64.js';
 import { encodeNpy } from '../../../src/tensor/npy.js';
-import { npyFileSource } from '../../../src/tensor/tensor-file.js';
+import { encodeSafetensors } from '../../../src/tensor/safetensors.js';
+import { npyFileSource, safetensorsFileSource } from '../../../src/tensor/tensor-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tg-src-'));
 
@@ -15,6 +16,18 @@ function npySource(path: string) {
   const { file, fd } = openAllowedFile('x', path, [dir]);
   try {
     return npyFileSource(file, fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+/** One tensor of a .safetensors file as a request makes its source; `offered` gets the names the file offered. */
+function safetensorsSource(path: string, name?: string, offered: string[][] = []) {
+  const { file, fd } = openAllowedFile('x', path, [dir]);
+  try {
+    return safetensorsFileSource(file, fd, (names) => {
+      offered.push(names);
+      return name ?? (names[0] as string);
+    });
   } finally {
     closeSync(fd);
   }
@@ -74,6 +87,53 @@ test('a truncated .npy file is refused before any data is read', () => {
   const npy = encodeNpy(tensor).subarray(0, -4);
   writeFileSync(path, npy);
   assert.throws(() => npySource(path), { code: 'BAD_TENSOR', message: /truncated/ });
+});
+
+test('a .safetensors source checks the whole header now and reads only the chosen tensor later', () => {
+  const path = join(dir, 'x.safetensors');
+  const big = new Float32Array(2 * 1024).map((_, i) => i / 4);
+  const ids = new Int32Array([7, -1, 42]);
+  writeFileSync(
+    path,
+    encodeSafetensors({
+      features: { dtype: 'float32', shape: [2, 1024], data: new Uint8Array(big.buffer) },
+      ids: { dtype: 'int32', shape: [3], data: new Uint8Array(ids.buffer) },
+    }),
+  );
+  const offered: string[][] = [];
+  const source = safetensorsSource(path, 'features', offered);
+  assert.deepEqual(offered, [['features', 'ids']]);
+  assert.deepEqual(
+    [source.dtype, source.shape, source.byteLength, source.data, source.file?.what],
+    ['float32', [2, 1024], 8192, undefined, `${path} tensor "features"`],
+  );
+  const target = new Uint8Array(8192 + 16).fill(7);
+  source.fill(target.subarray(8, 8200));
+  assert.deepEqual(new Float32Array(target.slice(8, 8200).buffer), big);
+  assert.equal(target[7], 7, 'nothing written outside the target');
+  assert.equal(target[8200], 7, 'nothing written outside the target');
+  const second = new Uint8Array(12);
+  safetensorsSource(path, 'ids').fill(second);
+  assert.deepEqual([...new Int32Array(second.buffer)], [...ids]);
+  rmSync(path);
+  assert.throws(() => source.fill(new Uint8Array(8192)), { code: 'FILE_NOT_FOUND' });
+});
+
+test('a .safetensors file of at most 4 KiB is read whole now; a truncated one is refused before any data is read', () => {
+  const path = join(dir, 'small.safetensors');
+  writeFileSync(path, encodeSafetensors({ x: tensor }));
+  const source = safetensorsSource(path);
+  rmSync(path);
+  const target = new Uint8Array(16);
+  source.fill(target);
+  assert.deepEqual([...new Float32Array(target.buffer)], [...values]);
+  const big = new Float32Array(2048);
+  writeFileSync(
+    path,
+    encodeSafetensors({ x: { dtype: 'float32', shape: [2048], data: new Uint8Array(big.buffer) } }).subarray(0, -4),
+  );
+  assert.throws(() => safetensorsSource(path), { code: 'BAD_TENSOR', message: /truncated/ });
+  rmSync(path);
 });
 
 test('a base64 source is length-checked now and reports a stray character when decoded', () => {
