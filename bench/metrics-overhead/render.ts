@@ -35,6 +35,16 @@ interface MetricsOverheadResult {
     loop_wait_ms: Spread;
     sync_rollup_read_ms: Spread;
   };
+  /** Runs since nvidia-smi's runs were measured. */
+  gpu_sampling?: {
+    samples: number;
+    rss_mb: number;
+    call_alone_ms: Spread;
+    call_during_exec_file_ms: Spread;
+    call_during_shell_ms: Spread;
+    loop_wait_exec_file_ms: Spread;
+    loop_wait_shell_ms: Spread;
+  };
 }
 
 interface Spread {
@@ -89,6 +99,7 @@ export function renderMetricsOverhead(files: unknown[]): string {
     '',
     ...(r.logging ? loggingSection(r.logging) : []),
     ...(r.scrape ? scrapeSection(r.scrape) : []),
+    ...(r.gpu_sampling ? gpuSamplingSection(r.gpu_sampling) : []),
   ].join('\n');
 }
 
@@ -123,4 +134,20 @@ function scrapeSection(s: NonNullable<MetricsOverheadResult['scrape']>): string[
 
 function round2(x: number): number {
   return Math.round(x * 100) / 100;
+}
+
+function gpuSamplingSection(g: NonNullable<MetricsOverheadResult['gpu_sampling']>): string[] {
+  const row = (label: string, x: Spread) => `| ${label} | ${x.p50} | ${x.max} |`;
+  return [
+    `nvidia-smi as the GPU sampler runs it (twice every 5 s on a GPU host), in the same run: a stand-in script answering the per-GPU query, ${g.samples} runs each way with a call in flight, started by \`execFile\` (a fork of the ${g.rss_mb} MB benchmark process, as the sampler did before) and through the sampler's long-lived shell (\`src/metrics/command-shell.ts\`), and how long a timer set as each run begins waits for the event loop.`,
+    '',
+    '| measure | p50 ms | max ms |',
+    '| --- | ---: | ---: |',
+    row('call alone', g.call_alone_ms),
+    row('call in flight, nvidia-smi by execFile', g.call_during_exec_file_ms),
+    row('call in flight, nvidia-smi through the shell', g.call_during_shell_ms),
+    row('event loop wait, execFile', g.loop_wait_exec_file_ms),
+    row('event loop wait, the shell', g.loop_wait_shell_ms),
+    '',
+  ];
 }

@@ -15,13 +15,17 @@
  * call. Also: `recordSuccess`, a window record and one request record alone in a tight loop.
  * Results go to bench/results/metrics-overhead-<time>.json; bench/report.ts renders them.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { defaultConfig } from '../../src/config.js';
 import { forkServerPids } from '../../src/engines/torch/fork-server.js';
 import { Gateway } from '../../src/gateway.js';
+import { CommandShell } from '../../src/metrics/command-shell.js';
+import { GPU_QUERY } from '../../src/metrics/gpu.js';
 import { createLogging } from '../../src/observability/logging.js';
 import { tensorSource } from '../../src/tensor/source.js';
 import { machineInfo } from '../mcp-overhead/machine.js';
@@ -30,6 +34,8 @@ import { distribution, median, round } from '../mcp-overhead/stats.js';
 type Mode = 'on' | 'off' | 'logged' | 'unlogged';
 /** Scrapes measured, each with its calls (about 2.3 s apiece: the readings' age limit twice). */
 const SCRAPES = 15;
+/** nvidia-smi runs measured each way. */
+const SAMPLES = 40;
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const { values: opts } = parseArgs({
@@ -95,6 +101,7 @@ async function main(): Promise<void> {
   gateway.metrics.enabled = true;
   logs.pino.level = 'warn';
   const scrape = await scrapes(gateway, call);
+  const gpuSampling = await nvidiaSmiRuns(call);
   const timings = {
     decode_ms: 0.01,
     queue_ms: 0.02,
@@ -176,6 +183,7 @@ async function main(): Promise<void> {
       log_record_us: round(logRecordUs, 2),
     },
     scrape,
+    gpu_sampling: gpuSampling,
   };
   const out =
     opts.out ??
@@ -243,6 +251,66 @@ async function scrapes(gateway: Gateway, call: () => Promise<unknown>) {
   };
   process.stderr.write(
     `scrape: call alone p50 ${result.call_alone_ms.p50} ms, during a scrape ${result.call_during_scrape_ms.p50} ms; loop waits ${result.loop_wait_ms.p50} ms; reading ${pids.length} rollups on this thread ${result.sync_rollup_read_ms.p50} ms\n`,
+  );
+  return result;
+}
+
+/**
+ * What running nvidia-smi costs the calls it overlaps (the GPU sampler runs it twice every 5 s on
+ * a GPU host): a stand-in script answering its query as nvidia-smi does, run SAMPLES times each way
+ * with a call in flight, started directly by execFile (a fork of this process: what the sampler
+ * did before src/metrics/command-shell.ts) and through the sampler's long-lived shell. Each run
+ * also times how long a timer set as it begins waits for the event loop.
+ */
+async function nvidiaSmiRuns(call: () => Promise<unknown>) {
+  const dir = mkdtempSync(join(tmpdir(), 'tg-bench-smi-'));
+  const tool = join(dir, 'nvidia-smi');
+  writeFileSync(tool, "#!/bin/sh\nprintf '0, NVIDIA H200, 37, 20480, 143771\\n'\n");
+  chmodSync(tool, 0o755);
+  const shell = new CommandShell();
+  const ways = {
+    exec_file: () =>
+      new Promise<string>((resolve, reject) =>
+        execFile(tool, GPU_QUERY, { encoding: 'utf8' }, (err, out) => (err ? reject(err) : resolve(out))),
+      ),
+    shell: () => shell.run([tool, ...GPU_QUERY]),
+  };
+  const alone: number[] = [];
+  const during = { exec_file: [] as number[], shell: [] as number[] };
+  const loopWait = { exec_file: [] as number[], shell: [] as number[] };
+  await shell.run([tool, ...GPU_QUERY]); // the shell started (the one fork), as the sampler's first sample does
+  for (let i = 0; i < SAMPLES; i++) {
+    for (const way of ['exec_file', 'shell'] as const) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const start = performance.now();
+      const calling = call().then(() => performance.now() - start);
+      const running = ways[way]();
+      const ticked = new Promise<void>((resolve) =>
+        setTimeout(() => {
+          loopWait[way].push(performance.now() - start);
+          resolve();
+        }, 0),
+      );
+      during[way].push(await calling);
+      await Promise.all([running, ticked]);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const start = performance.now();
+    await call();
+    alone.push(performance.now() - start);
+  }
+  shell.close();
+  const result = {
+    samples: SAMPLES,
+    rss_mb: round(process.memoryUsage().rss / 2 ** 20, 0),
+    call_alone_ms: distribution(alone),
+    call_during_exec_file_ms: distribution(during.exec_file),
+    call_during_shell_ms: distribution(during.shell),
+    loop_wait_exec_file_ms: distribution(loopWait.exec_file),
+    loop_wait_shell_ms: distribution(loopWait.shell),
+  };
+  process.stderr.write(
+    `nvidia-smi (RSS ${result.rss_mb} MB): call alone p50 ${result.call_alone_ms.p50} ms; during execFile ${result.call_during_exec_file_ms.p50} ms (loop waits ${result.loop_wait_exec_file_ms.p50}), during the shell's run ${result.call_during_shell_ms.p50} ms (loop waits ${result.loop_wait_shell_ms.p50})\n`,
   );
   return result;
 }
