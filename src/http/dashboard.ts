@@ -169,12 +169,18 @@ export function registerDashboardRoutes(router: Router, gateway: Gateway, login?
 
   router.on('GET', '/dashboard/api/snapshot', (req, res) => {
     if (!mayReadMetrics(gateway, req, res)) return;
-    void serverSnapshot(gateway, windowMs(req)).then((snapshot) => {
-      if (res.destroyed) return;
-      res
-        .writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
-        .end(JSON.stringify(snapshot));
-    });
+    serverSnapshot(gateway, windowMs(req)).then(
+      (snapshot) => {
+        if (res.destroyed) return;
+        res
+          .writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+          .end(JSON.stringify(snapshot));
+      },
+      (err: unknown) => {
+        if (res.destroyed || res.headersSent) return;
+        res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `INTERNAL: ${err}` }));
+      },
+    );
   });
 
   router.on('GET', '/dashboard/api/events', (req, res) => {
@@ -186,9 +192,12 @@ export function registerDashboardRoutes(router: Router, gateway: Gateway, login?
       connection: 'keep-alive',
     });
     const send = () =>
-      void serverSnapshot(gateway, window).then((snapshot) => {
-        if (!res.writableEnded && !res.destroyed) res.write(`event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n`);
-      });
+      serverSnapshot(gateway, window).then(
+        (snapshot) => {
+          if (!res.writableEnded && !res.destroyed) res.write(`event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n`);
+        },
+        () => {}, // this tick has no snapshot; the next one tries again
+      );
     // The credential was checked when the stream opened; check it again before each snapshot so
     // that a revoked key or an expired JWT ends a stream that would otherwise run for days.
     const credential = req.auth?.token;

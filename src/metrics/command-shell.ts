@@ -6,10 +6,10 @@ import { randomBytes } from 'node:crypto';
  * that the gateway forks once, not once per run.
  *
  * Node starts a child with fork(2), which copies the page tables of the whole process while the
- * event loop waits: about 3 ms per 100 MB of resident memory on a 2-core VM, 5-16 ms for a
- * serving gateway, up to 140 ms at the worst (bench/metrics-overhead). Every request in flight
- * waited that long each time the GPU sampler ran nvidia-smi, twice every five seconds. A shell
- * forks from its own few megabytes instead, outside the gateway.
+ * event loop waits: about 3 ms per 100 MB of resident memory on a 2-core VM (3.1 ms for the
+ * 174 MB process of bench/metrics-overhead; 16 ms, 140 ms at worst, for one of 533 MB). Every
+ * request in flight waited that long each time the GPU sampler ran nvidia-smi, twice every five
+ * seconds. A shell forks from its own few megabytes instead, outside the gateway.
  *
  * Commands run one at a time. Each is written to the shell as its arguments single-quoted, so
  * nothing in them is interpreted, followed by a line that prints a marker no output can hold and

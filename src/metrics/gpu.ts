@@ -3,8 +3,9 @@ import { CommandShell } from './command-shell.js';
 /**
  * GPU utilisation and memory from `nvidia-smi`, sampled in the background every few seconds so a
  * scrape or a dashboard tick never waits for it. nvidia-smi runs through one long-lived shell
- * (command-shell.ts): started directly, each run forked the gateway, a stall of 5-16 ms. Where `nvidia-smi` is missing or finds no GPU,
- * the sampler stops after its first try and reports nothing: GPU metrics are absent, not zero.
+ * (command-shell.ts): started directly, each run forked the gateway, and the event loop waited.
+ * Where `nvidia-smi` is missing or finds no GPU, the sampler stops after its first try and reports
+ * nothing: GPU metrics are absent, not zero.
  */
 
 export interface GpuSample {
