@@ -114,18 +114,26 @@ function loggingSection(l: NonNullable<MetricsOverheadResult['logging']>): strin
   ];
 }
 
+/** Measures as rows of p50 and max. */
+function spreads(...rows: [string, Spread][]): string[] {
+  return [
+    '| measure | p50 ms | max ms |',
+    '| --- | ---: | ---: |',
+    ...rows.map(([label, x]) => `| ${label} | ${x.p50} | ${x.max} |`),
+  ];
+}
+
 function scrapeSection(s: NonNullable<MetricsOverheadResult['scrape']>): string[] {
-  const row = (label: string, x: Spread) => `| ${label} | ${x.p50} | ${x.max} |`;
   return [
     `A scrape of \`/metrics\` in the same run, ${s.scrapes} times, each more than a second after the last, so that each reads the \`/proc/PID/smaps_rollup\` of the ${s.processes_read} processes (the workers of every demo model and their fork server) afresh: a call alone, the scrape alone, a call in flight when a scrape begins, and how long a timer set as the scrape begins waits for the event loop. Each call comes after a second without one, so the worker wakes cold: slower than the calls above. For scale, the same ${s.processes_read} files read synchronously on this thread, as a scrape read them before \`src/metrics/process-memory.ts\` ([metrics.md](metrics.md)).`,
     '',
-    '| measure | p50 ms | max ms |',
-    '| --- | ---: | ---: |',
-    row('call alone', s.call_alone_ms),
-    row('call in flight during a scrape', s.call_during_scrape_ms),
-    row('scrape', s.scrape_ms),
-    row('event loop wait as a scrape begins', s.loop_wait_ms),
-    row(`reading the ${s.processes_read} rollups synchronously`, s.sync_rollup_read_ms),
+    ...spreads(
+      ['call alone', s.call_alone_ms],
+      ['call in flight during a scrape', s.call_during_scrape_ms],
+      ['scrape', s.scrape_ms],
+      ['event loop wait as a scrape begins', s.loop_wait_ms],
+      [`reading the ${s.processes_read} rollups synchronously`, s.sync_rollup_read_ms],
+    ),
     '',
     `A call in flight during a scrape takes ${round2(s.call_during_scrape_ms.p50 / s.call_alone_ms.p50)}x a call alone at p50; the event loop waits ${s.loop_wait_ms.p50} ms, against the ${s.sync_rollup_read_ms.p50} ms the synchronous reads alone would hold it.`,
     '',
@@ -137,17 +145,16 @@ function round2(x: number): number {
 }
 
 function gpuSamplingSection(g: NonNullable<MetricsOverheadResult['gpu_sampling']>): string[] {
-  const row = (label: string, x: Spread) => `| ${label} | ${x.p50} | ${x.max} |`;
   return [
     `nvidia-smi as the GPU sampler runs it (twice every 5 s on a GPU host), in the same run: a stand-in script answering the per-GPU query, ${g.samples} runs each way with a call in flight, started by \`execFile\` (a fork of the ${g.rss_mb} MB benchmark process, as the sampler did before) and through the sampler's long-lived shell (\`src/metrics/command-shell.ts\`), and how long a timer set as each run begins waits for the event loop.`,
     '',
-    '| measure | p50 ms | max ms |',
-    '| --- | ---: | ---: |',
-    row('call alone', g.call_alone_ms),
-    row('call in flight, nvidia-smi by execFile', g.call_during_exec_file_ms),
-    row('call in flight, nvidia-smi through the shell', g.call_during_shell_ms),
-    row('event loop wait, execFile', g.loop_wait_exec_file_ms),
-    row('event loop wait, the shell', g.loop_wait_shell_ms),
+    ...spreads(
+      ['call alone', g.call_alone_ms],
+      ['call in flight, nvidia-smi by execFile', g.call_during_exec_file_ms],
+      ['call in flight, nvidia-smi through the shell', g.call_during_shell_ms],
+      ['event loop wait, execFile', g.loop_wait_exec_file_ms],
+      ['event loop wait, the shell', g.loop_wait_shell_ms],
+    ),
     '',
   ];
 }
