@@ -327,6 +327,16 @@ export class Gateway {
   }
 
   /**
+   * Marks the gateway as starting before `loadAll` begins, for a server that opens its ports
+   * first (so that MCP's initialize is answered while models load): a readiness probe between
+   * the first port opening and the load beginning (the OIP data port's threads starting, about
+   * 0.2 s) must not find it ready with nothing loaded. `loadAll` ends it.
+   */
+  beginStartup(): void {
+    this.startingUp = true;
+  }
+
+  /**
    * Validates a model folder and records it; then (for `load: eager`, the default) loads and warms
    * every version and resolves when each is ready or failed. `on_demand` models load on first use.
    */

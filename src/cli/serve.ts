@@ -126,6 +126,8 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
       progress.stop();
     });
   };
+  // Not ready from here until the repository has loaded: the ports open first.
+  gateway.beginStartup();
   gateway.training.start();
   void gateway.startGpuSampling();
   // Every transport started; closed together once the gateway has finished what is in flight.

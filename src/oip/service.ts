@@ -20,7 +20,6 @@ export function serverMetadata() {
   return { name: 'tensorgate', version: VERSION, extensions: OIP_EXTENSIONS };
 }
 
-/** Ready to serve: not stopping, and no model still loading. */
 /** Ready once start-up has loaded the repository, until the server stops (Gateway.starting says why). */
 export function serverReady(gateway: Gateway): boolean {
   return !gateway.closing && !gateway.starting;
