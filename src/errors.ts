@@ -138,7 +138,11 @@ export const ERROR_CODES = {
     status: 503,
     summary: 'The server holds as many client connections as --max-connections allows; retry, or reuse a connection.',
   },
-  SHUTTING_DOWN: { status: 503, summary: 'The server is stopping and takes no new requests.' },
+  SHUTTING_DOWN: {
+    status: 503,
+    summary:
+      'The server is stopping and takes no new requests, or the model version was unloaded (`unload_model`, an eviction, the server stopping) before it answered or while it loaded.',
+  },
   RUN_NOT_FOUND: { status: 404, summary: 'No training run with that id is in the runs directory.' },
   UNKNOWN_HYPERPARAMETER: { status: 400, summary: 'The run did not declare a hyperparameter of that name.' },
   INVALID_HYPERPARAMETER: {

@@ -408,6 +408,7 @@ export class Gateway {
         this.log(`could not register ${dir}: ${(err as Error).message}`, { level: 'error', dir });
       }
     }
+    if (this.closed) return; // Stopped while registering: nothing is to be loaded or followed.
     // Compiled against the models' declared specs: they need not be loaded yet.
     await this.workflows.loadAll(this.config.modelsDir);
     this.registry.onChange((change) => void this.followRegistry(change));
@@ -417,7 +418,9 @@ export class Gateway {
         .filter(({ config }) => config.load === 'eager')
         .map(({ name, dir, config }) => this.loadVersions(name, dir, config)),
     );
-    // Jobs the last run of the server left unfinished go on from their last commit.
+    // Jobs the last run of the server left unfinished go on from their last commit, unless the
+    // server is already stopping (its registry is closed by then).
+    if (this.closed) return;
     await this.jobs
       .resumeInterrupted()
       .catch((err) => this.log(`could not resume the batch jobs: ${(err as Error).message}`, { level: 'error' }));
@@ -508,13 +511,15 @@ export class Gateway {
     await Promise.all(
       // A failed load leaves the version failed (or unloaded, when it never started) and is logged.
       Object.keys(config.versions).map((version) =>
-        this.models.load(name, version, dir, config, { variants }).catch((err: unknown) =>
+        this.models.load(name, version, dir, config, { variants }).catch((err: unknown) => {
+          // Unloaded before it was ready (the server stopping, an unload): the manager said so.
+          if (asTensorgateError(err).code === 'SHUTTING_DOWN') return;
           this.log(`could not load ${name}@${version}: ${(err as Error).message}`, {
             level: 'error',
             model: name,
             version,
-          }),
-        ),
+          });
+        }),
       ),
     );
   }

@@ -160,7 +160,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     process.stdin.once('end', () => void shutdown('stdin closed'));
     stderrLogger('MCP over stdio; loading models');
     await loadAll();
-    stderrLogger(`ready: ${gateway.listModels().length} models`);
+    if (!stopping) stderrLogger(`ready: ${gateway.listModels().length} models`);
     return;
   }
   const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host, security);
@@ -169,5 +169,5 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     `MCP Streamable HTTP at ${handle.url}, OIP v2 at ${handle.url.replace(/\/mcp$/, '')}/v2${dataPlaneNote(handle)} (auth ${handle.auth ? 'on' : 'off'}); loading models`,
   );
   await loadAll();
-  stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);
+  if (!stopping) stderrLogger(`ready: ${gateway.listModels().length} models at ${handle.url}`);
 }

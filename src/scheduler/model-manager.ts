@@ -126,8 +126,10 @@ export class ModelManager {
       },
       (err: unknown) => {
         const error = asTensorgateError(err);
-        this.options.log(`failed ${name}@${version}: ${error.message}`, {
-          level: 'error',
+        // Unloaded before it was ready (unload_model, the server stopping): nothing failed.
+        const unloaded = error.code === 'SHUTTING_DOWN';
+        this.options.log(unloaded ? error.message : `failed ${name}@${version}: ${error.message}`, {
+          level: unloaded ? 'info' : 'error',
           model: name,
           version,
           code: error.code,
@@ -153,6 +155,7 @@ export class ModelManager {
   ): Promise<ModelPool> {
     const pool = this.startLoad(name, version, dir, config);
     await pool.start().catch(() => {});
+    if (pool.state === 'closed') throw tgError('SHUTTING_DOWN', `${name}@${version} was unloaded while it loaded`);
     if (pool.state !== 'ready') throw pool.error ?? tgError('MODEL_NOT_READY', `${name}@${version} did not load`);
     if (variants) await this.variantSets.get(key(name, version))?.measured();
     return pool;

@@ -196,8 +196,12 @@ export class ModelPool {
       this.drain();
       return this.loadInfoValue;
     } catch (err) {
-      if (this.stateValue !== 'closed') this.fail(asTensorgateError(err));
+      const unloaded = this.stateValue === 'closed';
+      if (!unloaded) this.fail(asTensorgateError(err));
       await Promise.allSettled(this.slots.map((s) => s.instance.close()));
+      // Unloaded meanwhile (unload_model, the server stopping): its workers were stopped on
+      // purpose, so what they died of is not the reason.
+      if (unloaded) throw tgError('SHUTTING_DOWN', `${this.label} was unloaded while it loaded`);
       throw this.failure ?? asTensorgateError(err);
     }
   }

@@ -8,6 +8,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import { openGateway } from '../helpers/gateway.js';
 import { waitForUrl } from '../helpers/mcp.js';
 import { ensureTestModels, ROOT } from '../helpers/models.js';
+import { serveOne } from '../helpers/serve.js';
 
 /** The real server process stopped with SIGTERM (clean) and SIGKILL (not clean). */
 
@@ -54,6 +55,23 @@ describe('stopping the server', { timeout: 120_000 }, () => {
     assert.deepEqual(result.structuredContent?.outputs[0]?.shape, [1, 4]);
     assert.equal(await exited, 0);
     assert.deepEqual(arenasOf(pid), []);
+  });
+
+  it('on SIGTERM while its models load exits 0 without errors logged or a ready line', async () => {
+    // serveOne returns as the server announces its ports and begins loading: the fork server is
+    // still importing torch then, so every model is stopped before it is ready.
+    const served = await serveOne(['mlp', 'sleepy']);
+    assert.equal(await served.stop(), 0);
+    const records = served.records();
+    assert.deepEqual(
+      records.filter((r) => r.level === 'error' || r.level === 'warn'),
+      [],
+      'stopping a load is not a failure',
+    );
+    assert.ok(!records.some((r) => r.msg.startsWith('ready:')), served.stderr());
+    const unloaded = records.filter((r) => r.code === 'SHUTTING_DOWN').map((r) => r.msg);
+    assert.deepEqual(unloaded.sort(), ['mlp@1 was unloaded while it loaded', 'sleepy@1 was unloaded while it loaded']);
+    assert.deepEqual(arenasOf(served.child.pid as number), []);
   });
 
   it("after SIGKILL, the next server removes the dead one's shared memory at start", async () => {
