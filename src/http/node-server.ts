@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
+import { Server as NetServer } from 'node:net';
 import type { SecureVersion } from 'node:tls';
 import { hostHeaderValidation, originValidation } from '@modelcontextprotocol/node';
 
@@ -28,6 +29,53 @@ export function createNodeServer(tls: TlsOptions | undefined, listener: RequestL
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   return server;
+}
+
+/** How often a finishing server closes the kept-alive connections that have gone idle. */
+const IDLE_SWEEP_MS = 20;
+
+/**
+ * Stops a server in two steps, so that each client can tell what became of its requests: every
+ * request it sent is answered, or its connection is refused (which a client knows it may retry
+ * elsewhere), never reset midway.
+ *
+ * `stopIntake()`, as the server begins to stop: it stops listening, and every request from then on
+ * is answered with `Connection: close`, so a kept-alive client's next request goes to a new
+ * connection, which is refused. A connection idle at that moment is left open: its client may be
+ * sending on it right then. (Node's `server.close()` closes those at once, and lets the others
+ * serve request after request until their keep-alive timeout. Under load that reset about one
+ * request per kept-alive client: ECONNRESET, which a client cannot tell from a request lost midway.)
+ *
+ * `finish(graceMs)`, once the gateway has answered what was in flight, so that active clients have
+ * been told to close: idle connections close now and as more go idle, and whatever is still open
+ * after `graceMs` is cut. Resolves when every connection has closed.
+ */
+export class ServerDrain {
+  private closed: Promise<void> | undefined;
+  private sweep: NodeJS.Timeout | undefined;
+
+  constructor(private readonly server: Server) {}
+
+  stopIntake(): void {
+    if (this.closed) return;
+    this.server.prependListener('request', (_req: IncomingMessage, res: ServerResponse) => {
+      res.shouldKeepAlive = false;
+    });
+    // net.Server's close: it stops listening, and 'close' comes once every connection has closed.
+    // http.Server's would also close the idle connections (see above), and stop its timer for
+    // request timeouts, which is unref'd and stays with the server object.
+    this.closed = new Promise((resolve) => NetServer.prototype.close.call(this.server, () => resolve()));
+  }
+
+  async finish(graceMs: number): Promise<void> {
+    this.stopIntake();
+    this.server.closeIdleConnections();
+    this.sweep = setInterval(() => this.server.closeIdleConnections(), IDLE_SWEEP_MS);
+    const cut = setTimeout(() => this.server.closeAllConnections(), graceMs);
+    await this.closed;
+    clearTimeout(cut);
+    clearInterval(this.sweep);
+  }
 }
 
 /** A host as a URL's authority writes it: IPv6 addresses in brackets. */

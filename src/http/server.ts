@@ -13,7 +13,7 @@ import type { RateLimiter } from '../security/rate-limit.js';
 import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 import { DashboardSessions } from './dashboard-sessions.js';
-import { createNodeServer, requestGuard, type TlsOptions, urlHost } from './node-server.js';
+import { createNodeServer, requestGuard, ServerDrain, type TlsOptions, urlHost } from './node-server.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
@@ -49,6 +49,11 @@ const DEFAULT_MAX_CONNECTIONS = 4096;
  * descriptors a flood of silent connections can take.
  */
 const REFUSAL_HEADROOM = 256;
+/**
+ * How long a closing port waits for its connections to finish: by the time the transports close
+ * the gateway has answered what was in flight, so what is left takes a SHUTTING_DOWN answer.
+ */
+const CLOSE_GRACE_MS = 1000;
 
 function refuse(res: ServerResponse, err: TensorgateError, headers: Record<string, string> = {}): void {
   const body = JSON.stringify({ error: `${err.code}: ${err.message}` });
@@ -82,6 +87,12 @@ export interface HttpServerHandle {
   dataPlaneUrl?: string;
   /** The data plane, when it is on. */
   dataPlane?: DataPlane;
+  /**
+   * The server begins to stop: both ports stop listening and close each connection after its
+   * answer (ServerDrain); requests already taken are still answered.
+   */
+  stopIntake: () => void;
+  /** Once the gateway has answered what was in flight: streams end and connections close. */
   close: () => Promise<void>;
 }
 
@@ -185,6 +196,7 @@ export async function serveHttp(
     );
   };
   const server = createNodeServer(opts.tls, listener);
+  const drain = new ServerDrain(server);
   server.maxConnections = maxConnections + REFUSAL_HEADROOM;
 
   await new Promise<void>((resolve, reject) => {
@@ -231,13 +243,16 @@ export async function serveHttp(
     auth: authenticator !== undefined,
     oipUrl: `${host}:${address.port}`,
     ...(dataPlane ? { dataPlane, dataPlaneUrl: `${urlHost(host)}:${dataPlane.port}` } : {}),
+    stopIntake: () => {
+      drain.stopIntake();
+      dataPlane?.stopIntake();
+    },
     close: async () => {
-      await dataPlane?.close();
+      // Streams first (MCP sessions' SSE, the dashboard's), then both ports finish together.
       await mcp.close();
       closeOip();
       closeDashboard();
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await Promise.all([dataPlane?.close(), drain.finish(CLOSE_GRACE_MS)]);
     },
   };
 }

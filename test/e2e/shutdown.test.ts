@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -72,6 +73,54 @@ describe('stopping the server', { timeout: 120_000 }, () => {
     const unloaded = records.filter((r) => r.code === 'SHUTTING_DOWN').map((r) => r.msg);
     assert.deepEqual(unloaded.sort(), ['mlp@1 was unloaded while it loaded', 'sleepy@1 was unloaded while it loaded']);
     assert.deepEqual(arenasOf(served.child.pid as number), []);
+  });
+
+  it('on SIGTERM under load answers every request or refuses its connection, resetting none, on both ports', async () => {
+    const served = await serveOne('mlp', { serveArgs: ['--oip-port', '0'] });
+    const dataPort = /OIP v2 data plane at (http:\/\/[\d.]+:\d+)\/v2/.exec(served.stderr())?.[1];
+    assert.ok(dataPort, served.stderr());
+    await served.waitForRecord((r) => r.msg.startsWith('ready:'), 'ready');
+    const body = JSON.stringify({ inputs: [{ name: 'x', shape: [1, 4], datatype: 'FP32', data: [1, 2, 3, 4] }] });
+    /** One infer: its status (with `c` when the answer closed the connection), or the socket error's code. */
+    const infer = (base: string, agent: Agent) =>
+      new Promise<string>((resolve) => {
+        const url = new URL('/v2/models/mlp/infer', base);
+        const req = request(
+          url,
+          { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': body.length } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(`${res.statusCode}${res.headers.connection === 'close' ? 'c' : ''}`));
+          },
+        );
+        req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+        req.end(body);
+      });
+    // Eight kept-alive clients per port, each sending until it is told no (a non-200 answer, or
+    // its connection refused), for at most 20 s.
+    const deadline = Date.now() + 20_000;
+    const clients = [served.base, dataPort].flatMap((base) =>
+      Array.from({ length: 8 }, async () => {
+        const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+        const outcomes: string[] = [];
+        while (Date.now() < deadline) {
+          const outcome = await infer(base, agent);
+          outcomes.push(outcome);
+          if (outcome !== '200') break;
+        }
+        agent.destroy();
+        return outcomes;
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(await served.stop(), 0);
+    for (const outcomes of await Promise.all(clients)) {
+      assert.ok(outcomes.filter((o) => o === '200').length > 0, outcomes.slice(-3).join(' '));
+      // The last: SHUTTING_DOWN with the connection closed, a 200 closing it (answered while
+      // stopping), or a refused connection after either.
+      const last = outcomes.at(-1) as string;
+      assert.ok(['503c', '200c', 'ECONNREFUSED'].includes(last), `ended with ${outcomes.slice(-3).join(' ')}`);
+    }
   });
 
   it("after SIGKILL, the next server removes the dead one's shared memory at start", async () => {

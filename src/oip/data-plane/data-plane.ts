@@ -138,6 +138,11 @@ export class DataPlane {
     return this.threads.map((t) => t.worker);
   }
 
+  /** The server begins to stop: the threads stop listening (ServerDrain); what they hold is answered. */
+  stopIntake(): void {
+    for (const { worker } of this.threads) worker.postMessage({ t: 'stop-intake' } satisfies MainMessage);
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     await Promise.all(
@@ -246,7 +251,7 @@ export class DataPlane {
     } catch (err) {
       answer = errorAnswer(err);
     }
-    reply(thread, message.id, answer);
+    reply(thread, message.id, answer, this.gateway.closing);
   }
 
   private async infer(thread: DataThread, message: Extract<ThreadMessage, { t: 'infer' }>): Promise<void> {
@@ -288,19 +293,21 @@ export class DataPlane {
       thread.inflight.delete(id);
       staged?.done();
     }
-    reply(thread, id, answer);
+    reply(thread, id, answer, this.gateway.closing);
   }
 }
 
 /**
  * Sends an answer to the thread that writes it. Each part is copied into a buffer of its own and
  * moved, not cloned: a part may be a view of a larger buffer (a pooled allocation, an output
- * arena), which a clone would copy whole and a transfer would take from its owner.
+ * arena), which a clone would copy whole and a transfer would take from its owner. Once the
+ * server is stopping, the answer closes its connection (as the main port's do, server.ts).
  */
-function reply(thread: DataThread, id: number, answer: HttpAnswer): void {
+function reply(thread: DataThread, id: number, answer: HttpAnswer, stopping: boolean): void {
   const parts = answer.parts.map((part) => new Uint8Array(part));
+  const headers = stopping ? { ...answer.headers, connection: 'close' } : answer.headers;
   thread.worker.postMessage(
-    { t: 'answer', id, answer: { ...answer, parts } } satisfies MainMessage,
+    { t: 'answer', id, answer: { ...answer, headers, parts } } satisfies MainMessage,
     parts.map((p) => p.buffer),
   );
 }

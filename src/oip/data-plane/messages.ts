@@ -67,4 +67,6 @@ export type MainMessage =
   | { t: 'answer'; id: number; answer: HttpAnswer }
   /** The staged bytes of request `id` are no longer read: the space may be reused. */
   | { t: 'free'; id: number }
+  /** The server begins to stop: stop listening, and close each connection after its answer. */
+  | { t: 'stop-intake' }
   | { t: 'close' };

@@ -6,7 +6,7 @@ import { FirstFitAllocator } from '../../engines/torch/allocator.js';
 import { tgError } from '../../errors.js';
 import { errorAnswer, type HttpAnswer, jsonAnswer, writeAnswer } from '../../http/answer.js';
 import { type ChunkedBody, readBodyChunks } from '../../http/body.js';
-import { createNodeServer, requestGuard } from '../../http/node-server.js';
+import { createNodeServer, requestGuard, ServerDrain } from '../../http/node-server.js';
 import { HEADER_LENGTH, headerEnd } from '../infer-codec.js';
 import type { MainMessage, ThreadMessage, ThreadOptions } from './messages.js';
 
@@ -22,6 +22,8 @@ const options = workerData as ThreadOptions;
 const main = parentPort as NonNullable<typeof parentPort>;
 const post = (message: ThreadMessage, transfer: ArrayBuffer[] = []) => main.postMessage(message, transfer);
 
+/** How long a closing thread lets its connections finish, within the plane's own grace (data-plane.ts). */
+const CLOSE_GRACE_MS = 1000;
 const MODEL_ROUTE = /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(\/ready|\/infer)?$/;
 
 /** Requests waiting for the main thread's answer. */
@@ -172,6 +174,7 @@ function fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
 }
 
 const server = createNodeServer(options.tls, listener);
+const drain = new ServerDrain(server);
 server.maxConnections = options.maxConnections;
 
 main.on('message', (message: MainMessage) => {
@@ -185,9 +188,10 @@ main.on('message', (message: MainMessage) => {
     if (offset === undefined) return;
     staged.delete(message.id);
     staging.release(offset);
+  } else if (message.t === 'stop-intake') {
+    drain.stopIntake();
   } else if (message.t === 'close') {
-    server.closeAllConnections();
-    server.close(() => main.close());
+    void drain.finish(CLOSE_GRACE_MS).then(() => main.close());
   }
 });
 
