@@ -42,6 +42,8 @@ export async function serveOne(
     editConfig?: (config: Record<string, unknown>) => void;
     /** Runs on the models folder once the models are copied, before the server starts. */
     prepare?: (models: string) => void | Promise<void>;
+    /** The main port (default 0: any free one). */
+    http?: number;
   } = {},
 ): Promise<Served> {
   const work = mkdtempSync(join(tmpdir(), 'tg-serve-'));
@@ -74,7 +76,7 @@ export async function serveOne(
       ...(options.globalArgs ?? []),
       'serve',
       '--http',
-      '0',
+      String(options.http ?? 0),
       ...(options.serveArgs ?? []),
     ],
     { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...options.env } },
