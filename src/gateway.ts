@@ -357,7 +357,9 @@ export class Gateway {
         this.modelsChanged();
         // Workflows calling this model are checked again against its new specs.
         this.workflows.refresh();
-        await this.models.unload(name);
+        // What the old workers hold (running and queued) finishes on them, within the grace;
+        // requests arriving meanwhile wait for the new registration's workers.
+        await this.models.unload(name, undefined, this.config.shutdownGraceMs);
         if (source.config.load === 'eager') await this.loadVersions(name, source.dir, source.config, true);
         return this.modelInfo(name, { variants: true });
       } finally {

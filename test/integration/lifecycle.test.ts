@@ -99,3 +99,26 @@ describe('model lifecycle', { timeout: 300_000 }, () => {
     await Promise.all(busy);
   });
 });
+
+describe('registering a model again', { timeout: 120_000 }, () => {
+  it('lets the requests its old workers hold finish, and serves the new registration after', async () => {
+    const work = mkdtempSync(join(tmpdir(), 'tg-rereg-'));
+    const gateway = await openGateway(work);
+    try {
+      const dir = join(work, 'sleepy');
+      cpSync(join(ensureTestModels(), 'sleepy'), dir, { recursive: true });
+      await gateway.register(dir);
+      // One request computing (0.5 s) and three queued behind it when the model is registered again.
+      const held = Array.from({ length: 4 }, () => gateway.infer({ model: 'sleepy', inputs: { x: [[1, 2, 3, 4]] } }));
+      await new Promise((r) => setTimeout(r, 100));
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config, description: 'registered again' }));
+      const info = await gateway.register(dir);
+      assert.equal(info.versions[0]?.state, 'ready');
+      for (const result of await Promise.all(held)) assert.deepEqual(result.outputs[0]?.shape, [1, 4]);
+      assert.equal(gateway.modelInfo('sleepy').description, 'registered again');
+    } finally {
+      await gateway.close();
+    }
+  });
+});
