@@ -140,6 +140,7 @@ export class DataPlane {
 
   /** The server begins to stop: the threads stop listening (ServerDrain); what they hold is answered. */
   stopIntake(): void {
+    this.closing = true; // a thread that dies from here on is not replaced
     for (const { worker } of this.threads) worker.postMessage({ t: 'stop-intake' } satisfies MainMessage);
   }
 
