@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server, ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import { Server as NetServer } from 'node:net';
 import type { SecureVersion } from 'node:tls';
@@ -17,18 +17,38 @@ export interface TlsOptions {
   minVersion: SecureVersion;
 }
 
-export function createNodeServer(tls: TlsOptions | undefined, listener: RequestListener): Server {
+/** A port's server, and how it is stopped. */
+export interface NodeServer {
+  server: Server;
+  drain: ServerDrain;
+}
+
+export function createNodeServer(tls: TlsOptions | undefined, listener: RequestListener): NodeServer {
+  const intake = { open: true };
+  // Every answer's headers go through writeHead (Node's implicit ones too): once intake has
+  // stopped, each answer closes its connection, those to requests taken before included.
+  class Response extends ServerResponse {
+    override writeHead(statusCode: number, ...rest: unknown[]): this {
+      if (!intake.open) this.shouldKeepAlive = false;
+      return ServerResponse.prototype.writeHead.apply(this, [statusCode, ...rest] as never) as this;
+    }
+  }
   const server: Server = tls
     ? createTlsServer(
-        { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile), minVersion: tls.minVersion },
+        {
+          cert: readFileSync(tls.certFile),
+          key: readFileSync(tls.keyFile),
+          minVersion: tls.minVersion,
+          ServerResponse: Response,
+        },
         listener,
       )
-    : createServer(listener);
+    : createServer({ ServerResponse: Response }, listener);
   // Idle keep-alive sockets outlive the clients' own pools (undici keeps them ~4 s): a server that
   // closes first can race a request that the client is just sending on that socket.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
-  return server;
+  return { server, drain: new ServerDrain(server, intake) };
 }
 
 /** How often a finishing server closes the kept-alive connections that have gone idle. */
@@ -39,9 +59,9 @@ const IDLE_SWEEP_MS = 20;
  * request it sent is answered, or its connection is refused (which a client knows it may retry
  * elsewhere), never reset midway.
  *
- * `stopIntake()`, as the server begins to stop: it stops listening, and every request from then on
- * is answered with `Connection: close`, so a kept-alive client's next request goes to a new
- * connection, which is refused. A connection idle at that moment is left open: its client may be
+ * `stopIntake()`, as the server begins to stop: it stops listening, and every answer from then on
+ * (to requests taken before too) carries `Connection: close`, so a kept-alive client's next
+ * request goes to a new connection, which is refused. A connection idle at that moment is left open: its client may be
  * sending on it right then. (Node's `server.close()` closes those at once, and lets the others
  * serve request after request until their keep-alive timeout. Under load that reset about one
  * request per kept-alive client: ECONNRESET, which a client cannot tell from a request lost midway.)
@@ -54,13 +74,15 @@ export class ServerDrain {
   private closed: Promise<void> | undefined;
   private sweep: NodeJS.Timeout | undefined;
 
-  constructor(private readonly server: Server) {}
+  /** `intake` is read by the server's responses (createNodeServer). */
+  constructor(
+    private readonly server: Server,
+    private readonly intake: { open: boolean },
+  ) {}
 
   stopIntake(): void {
     if (this.closed) return;
-    this.server.prependListener('request', (_req: IncomingMessage, res: ServerResponse) => {
-      res.shouldKeepAlive = false;
-    });
+    this.intake.open = false;
     // net.Server's close: it stops listening, and 'close' comes once every connection has closed.
     // http.Server's would also close the idle connections (see above), and stop its timer for
     // request timeouts, which is unref'd and stays with the server object.

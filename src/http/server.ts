@@ -13,7 +13,7 @@ import type { RateLimiter } from '../security/rate-limit.js';
 import { createAuthGate, isPublicPath, mayReadMetrics } from './auth-gate.js';
 import { registerDashboardRoutes } from './dashboard.js';
 import { DashboardSessions } from './dashboard-sessions.js';
-import { createNodeServer, requestGuard, ServerDrain, type TlsOptions, urlHost } from './node-server.js';
+import { createNodeServer, requestGuard, type TlsOptions, urlHost } from './node-server.js';
 
 /**
  * The one HTTP server: MCP Streamable HTTP at /mcp, the Open Inference Protocol v2 under /v2,
@@ -195,8 +195,7 @@ export async function serveHttp(
           .end(JSON.stringify({ error: `INTERNAL: ${String(err)}` })),
     );
   };
-  const server = createNodeServer(opts.tls, listener);
-  const drain = new ServerDrain(server);
+  const { server, drain } = createNodeServer(opts.tls, listener);
   server.maxConnections = maxConnections + REFUSAL_HEADROOM;
 
   await new Promise<void>((resolve, reject) => {

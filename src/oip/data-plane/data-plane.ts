@@ -252,7 +252,7 @@ export class DataPlane {
     } catch (err) {
       answer = errorAnswer(err);
     }
-    reply(thread, message.id, answer, this.gateway.closing);
+    reply(thread, message.id, answer);
   }
 
   private async infer(thread: DataThread, message: Extract<ThreadMessage, { t: 'infer' }>): Promise<void> {
@@ -294,21 +294,19 @@ export class DataPlane {
       thread.inflight.delete(id);
       staged?.done();
     }
-    reply(thread, id, answer, this.gateway.closing);
+    reply(thread, id, answer);
   }
 }
 
 /**
  * Sends an answer to the thread that writes it. Each part is copied into a buffer of its own and
  * moved, not cloned: a part may be a view of a larger buffer (a pooled allocation, an output
- * arena), which a clone would copy whole and a transfer would take from its owner. Once the
- * server is stopping, the answer closes its connection (as the main port's do, server.ts).
+ * arena), which a clone would copy whole and a transfer would take from its owner.
  */
-function reply(thread: DataThread, id: number, answer: HttpAnswer, stopping: boolean): void {
+function reply(thread: DataThread, id: number, answer: HttpAnswer): void {
   const parts = answer.parts.map((part) => new Uint8Array(part));
-  const headers = stopping ? { ...answer.headers, connection: 'close' } : answer.headers;
   thread.worker.postMessage(
-    { t: 'answer', id, answer: { ...answer, headers, parts } } satisfies MainMessage,
+    { t: 'answer', id, answer: { ...answer, parts } } satisfies MainMessage,
     parts.map((p) => p.buffer),
   );
 }

@@ -6,7 +6,7 @@ import { FirstFitAllocator } from '../../engines/torch/allocator.js';
 import { tgError } from '../../errors.js';
 import { errorAnswer, type HttpAnswer, jsonAnswer, writeAnswer } from '../../http/answer.js';
 import { type ChunkedBody, readBodyChunks } from '../../http/body.js';
-import { createNodeServer, requestGuard, ServerDrain } from '../../http/node-server.js';
+import { createNodeServer, requestGuard } from '../../http/node-server.js';
 import { HEADER_LENGTH, headerEnd } from '../infer-codec.js';
 import type { MainMessage, ThreadMessage, ThreadOptions } from './messages.js';
 
@@ -173,8 +173,7 @@ function fail(req: IncomingMessage, res: ServerResponse, err: unknown): void {
   else writeAnswer(res, errorAnswer(err));
 }
 
-const server = createNodeServer(options.tls, listener);
-const drain = new ServerDrain(server);
+const { server, drain } = createNodeServer(options.tls, listener);
 server.maxConnections = options.maxConnections;
 
 main.on('message', (message: MainMessage) => {
