@@ -61,10 +61,11 @@ const IDLE_SWEEP_MS = 20;
  *
  * `stopIntake()`, as the server begins to stop: it stops listening, and every answer from then on
  * (to requests taken before too) carries `Connection: close`, so a kept-alive client's next
- * request goes to a new connection, which is refused. A connection idle at that moment is left open: its client may be
- * sending on it right then. (Node's `server.close()` closes those at once, and lets the others
- * serve request after request until their keep-alive timeout. Under load that reset about one
- * request per kept-alive client: ECONNRESET, which a client cannot tell from a request lost midway.)
+ * request goes to a new connection, which is refused. A connection idle at that moment is left
+ * open: its client may be sending on it right then. (Node's `server.close()` closes those at
+ * once, and lets the others serve request after request until their keep-alive timeout. Under
+ * load that reset about one request per kept-alive client: ECONNRESET, which a client cannot tell
+ * from a request lost midway.)
  *
  * `finish(graceMs)`, once the gateway has answered what was in flight, so that active clients have
  * been told to close: idle connections close now and as more go idle, and whatever is still open
