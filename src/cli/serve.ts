@@ -132,8 +132,8 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   void gateway.startGpuSampling();
   // Every transport started; closed together once the gateway has finished what is in flight.
   const transports: (() => Promise<void>)[] = [];
-  // The HTTP ports, which stop taking connections as soon as the server begins to stop.
-  const intakes: (() => void)[] = [];
+  // The HTTP ports stop taking connections as soon as the server begins to stop.
+  let stopIntake: (() => void) | undefined;
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
@@ -142,7 +142,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
     // Stop intake and let queued and running requests finish (their answers still need the
     // transport), then close the transport; workers and shared memory are gone by then.
     stderrLogger(`${signal}: stopping; finishing requests in flight`);
-    for (const stopIntake of intakes) stopIntake();
+    stopIntake?.();
     await gateway.close();
     await Promise.all(transports.map((close) => close()));
     await stopObserving();
@@ -168,7 +168,7 @@ export async function runServe(global: GlobalOptions, opts: ServeOptions): Promi
   }
   const handle = await serveHttp(gateway, opts.http ?? DEFAULT_HTTP_PORT, opts.host, security);
   transports.push(handle.close);
-  intakes.push(handle.stopIntake);
+  stopIntake = handle.stopIntake;
   stderrLogger(
     `MCP Streamable HTTP at ${handle.url}, OIP v2 at ${handle.url.replace(/\/mcp$/, '')}/v2${dataPlaneNote(handle)} (auth ${handle.auth ? 'on' : 'off'}); loading models`,
   );

@@ -19,6 +19,8 @@ import { randomBytes } from 'node:crypto';
 export class CommandShell {
   private shell: ChildProcess | undefined;
   private readonly marker = randomBytes(12).toString('hex');
+  /** The line that ends a command's output: the marker and its exit status. */
+  private readonly ending = new RegExp(`\\n${this.marker} (\\d+)\\n`);
   private output = '';
   private current: { resolve: (text: string) => void; reject: (err: Error) => void } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
@@ -103,7 +105,7 @@ export class CommandShell {
 
   private onOutput(chunk: string): void {
     this.output += chunk;
-    const end = new RegExp(`\\n${this.marker} (\\d+)\\n`).exec(this.output);
+    const end = this.ending.exec(this.output);
     if (!end) return;
     const text = this.output.slice(0, end.index);
     const status = Number(end[1]);
